@@ -1,0 +1,68 @@
+"""What every command shares: one-line errors with a non-zero exit, JSON output, progress bars."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+import typer
+from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn, TransferSpeedColumn)
+
+from ..errors import LookupkitError
+
+EXIT_ERROR = 2
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    """Print `error: message` as one line on stderr and exit."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable) -> Callable:
+    """Turn lookupkit errors (and Ctrl-C, and memory exhaustion) into one line and a non-zero exit."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except LookupkitError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except MemoryError:
+            fail("out of memory")
+        except BrokenPipeError:
+            sys.stderr.close()
+            raise typer.Exit(1)
+
+    return wrapper
+
+
+def print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, sort_keys=False, default=_jsonable))
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return str(obj)
+
+
+def progress(enabled: bool = True, bytes_mode: bool = False) -> Progress:
+    """A rich progress display on stderr with throughput; silent when disabled (--quiet, --json)."""
+    speed = TransferSpeedColumn() if bytes_mode else TextColumn("{task.fields[rate]}")
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(), speed,
+                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled, transient=False,
+                    console=_stderr_console())
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)

@@ -1,0 +1,16 @@
+"""`lookupkit`: the umbrella command (inspect, verify, convert, demo, bench)."""
+
+from __future__ import annotations
+
+import typer
+
+from . import cache_cmds, demo
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  help="lookupkit: llama.cpp-exact prompt-lookup drafting from memory-mapped n-gram caches.")
+cache_cmds.register(app)
+demo.register(app)
+
+
+def main() -> None:
+    app()

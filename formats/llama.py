@@ -1,0 +1,99 @@
+"""llama.cpp's legacy n-gram cache file (`-lcs`/`-lcd`), read and written byte-compatibly.
+
+A file is records until EOF, no header: int32 ngram[4] (padded with -1), int32 ntokens (> 0), then
+ntokens x (int32 token, int32 count > 0), little-endian. A trailing fragment shorter than 16 bytes is
+ignored, as llama.cpp's loader does. We write records in canonical order (llama.cpp writes hash order,
+so files are compared by content, never byte for byte).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..errors import FormatError
+from ..table import NgramTable
+
+
+@njit(cache=True)
+def _scan(words):
+    """Index the records of a legacy file given as int32 words; returns (n_records, error_code, where)."""
+    n = words.shape[0]
+    i = 0
+    count = 0
+    while i + 4 <= n:
+        if i + 5 > n:
+            return count, 1, i
+        k = words[i + 4]
+        if k <= 0:
+            return count, 2, i
+        if i + 5 + 2 * k > n:
+            return count, 1, i
+        for j in range(k):
+            if words[i + 5 + 2 * j + 1] <= 0:
+                return count, 3, i
+        i += 5 + 2 * k
+        count += 1
+    return count, 0, i
+
+
+@njit(cache=True)
+def _split(words, n_records, ngrams, offsets, pairs):
+    i = 0
+    p = 0
+    for r in range(n_records):
+        for j in range(4):
+            ngrams[r, j] = words[i + j]
+        k = words[i + 4]
+        offsets[r] = p
+        for j in range(k):
+            pairs[p, 0] = words[i + 5 + 2 * j]
+            pairs[p, 1] = words[i + 6 + 2 * j]
+            p += 1
+        i += 5 + 2 * k
+    offsets[n_records] = p
+
+
+def read(data: bytes | memoryview | np.ndarray, name: str = "legacy cache") -> NgramTable:
+    """Parse a legacy file's bytes into a canonical NgramTable (first occurrence of duplicates wins)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    words = raw[: len(raw) // 4 * 4].view("<i4")
+    n_records, err, where = _scan(words)
+    if err:
+        what = {1: "ends inside a record (truncated)", 2: "has a record with ntokens <= 0",
+                3: "has a follower count <= 0"}[err]
+        raise FormatError(f"{name} is not a valid llama.cpp n-gram cache: it {what} at byte {4 * where}")
+    n_pairs = (int(where) - 5 * n_records) // 2
+    ngrams = np.empty((n_records, 4), dtype=np.int32)
+    offsets = np.empty(n_records + 1, dtype=np.int64)
+    pairs = np.empty((n_pairs, 2), dtype=np.int32)
+    _split(words, n_records, ngrams, offsets, pairs)
+    sizes_ok = _valid_padding(ngrams)
+    if not sizes_ok:
+        raise FormatError(f"{name} is not a valid llama.cpp n-gram cache: an n-gram is not 1..4 tokens padded with -1")
+    return NgramTable.canonical(ngrams, offsets, pairs)
+
+
+def _valid_padding(ngrams: np.ndarray) -> bool:
+    """Each n-gram is n >= 1 real tokens (>= 0) followed by -1 padding."""
+    real = ngrams >= 0
+    pad = ngrams == -1
+    if not np.all(real | pad) or not np.all(real[:, 0]):
+        return False
+    return bool(np.all(~(pad[:, :-1] & real[:, 1:])))
+
+
+def encode(table: NgramTable) -> np.ndarray:
+    """The file's bytes as one int32 array, records in the table's (canonical) order."""
+    n = len(table.ngrams)
+    lengths = np.diff(table.offsets)
+    out = np.empty(5 * n + 2 * len(table.pairs), dtype="<i4")
+    starts = 5 * np.arange(n, dtype=np.int64) + 2 * table.offsets[:-1]
+    for j in range(4):
+        out[starts + j] = table.ngrams[:, j]
+    out[starts + 4] = lengths
+    run = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    pos = starts[run] + 5 + 2 * (np.arange(len(table.pairs), dtype=np.int64) - table.offsets[:-1][run])
+    out[pos] = table.pairs[:, 0]
+    out[pos + 1] = table.pairs[:, 1]
+    return out

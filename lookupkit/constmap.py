@@ -1,0 +1,162 @@
+"""Reader and builder of fastconstmap's serialized VerifiedConstMap (`VMAP0001`).
+
+fastconstmap's own `from_buffer` runs an FNV-1a pass over the whole map on every open, an O(n) read
+that touches every page. This module reads the documented layout directly from a memory-mapped
+buffer instead, so opening is O(1), and looks keys up from numba-compiled code (single and batched).
+The checksum is checked only by `checksum_ok`, the explicit verify step. Building goes through
+fastconstmap itself, so the bytes are the ones the C/Go/Rust implementations write.
+
+Keys are 2-grams: two int32 token ids, little-endian, t0 then t1 (`struct.pack('<ii', t0, t1)`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from .errors import FormatError
+
+MAGIC = b"VMAP0001"
+HEADER_SIZE = 32
+NOT_FOUND = np.uint64(0xFFFFFFFFFFFFFFFF)
+_HEADER = struct.Struct("<8sQIIII")
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_U32 = np.uint64(0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class ConstMapView:
+    """Zero-copy view of a VMAP0001 map: header fields plus the `data` and `checks` arrays."""
+
+    seed: int
+    segment_length: int
+    segment_count: int  # as stored: total segments minus 2
+    n_keys: int
+    data: np.ndarray  # uint64, len data_len
+    checks: np.ndarray  # uint64, len data_len
+    nbytes: int
+
+    @property
+    def segment_count_length(self) -> int:
+        return self.segment_count * self.segment_length
+
+    def get(self, t0: int, t1: int) -> int:
+        """Value stored for the 2-gram, or NOT_FOUND."""
+        return int(lookup(np.int32(t0), np.int32(t1), np.uint64(self.seed), np.uint64(self.segment_length),
+                           np.uint64(self.segment_count_length), self.data, self.checks))
+
+    def get_many(self, keys: np.ndarray) -> np.ndarray:
+        """Values for an (n, 2) int32 array of 2-grams (NOT_FOUND where absent)."""
+        keys = np.ascontiguousarray(keys, dtype=np.int32).reshape(-1, 2)
+        out = np.empty(len(keys), dtype=np.uint64)
+        lookup_many(keys, np.uint64(self.seed), np.uint64(self.segment_length),
+                     np.uint64(self.segment_count_length), self.data, self.checks, out)
+        return out
+
+
+def parse(buf: memoryview | np.ndarray, offset: int = 0, length: int | None = None) -> ConstMapView:
+    """Validate the header of a serialized map in `buf[offset:offset+length]` and return views (O(1))."""
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    if length is None:
+        length = len(raw) - offset
+    if offset % 8:
+        raise FormatError("constmap section is not 8-byte aligned")
+    if length < HEADER_SIZE + 8 or offset + length > len(raw):
+        raise FormatError(f"constmap section too short ({length} bytes)")
+    magic, seed, seg_len, seg_count, data_len, n_keys = _HEADER.unpack_from(raw[offset:offset + HEADER_SIZE].tobytes())
+    if magic != MAGIC:
+        raise FormatError(f"constmap has magic {magic!r}, expected {MAGIC!r} (a VerifiedConstMap with xxh64 keys)")
+    if seg_len == 0 or seg_len & (seg_len - 1) or seg_len > 1 << 18:
+        raise FormatError(f"constmap segment_length {seg_len} is not a power of two <= 2^18")
+    if data_len != (seg_count + 2) * seg_len:
+        raise FormatError("constmap data_len does not match its segment geometry")
+    if length != HEADER_SIZE + 16 * data_len + 8:
+        raise FormatError(f"constmap section is {length} bytes, its header implies {HEADER_SIZE + 16 * data_len + 8}")
+    start = offset + HEADER_SIZE
+    words = raw[start:start + 16 * data_len].view("<u8")
+    return ConstMapView(seed, seg_len, seg_count, n_keys, words[:data_len], words[data_len:], length)
+
+
+def checksum_ok(buf: memoryview | np.ndarray, offset: int, length: int) -> bool:
+    """FNV-1a 64 over the map's bytes equals its trailing checksum (the O(n) verify step)."""
+    raw = np.frombuffer(buf, dtype=np.uint8)[offset:offset + length]
+    stored = int(raw[-8:].view("<u8")[0])
+    return int(_fnv1a(raw[:-8])) == stored
+
+
+def build(keys: np.ndarray, values: np.ndarray) -> bytes:
+    """Serialize a VerifiedConstMap from (n, 2) int32 keys to uint64 values, via fastconstmap."""
+    import fastconstmap
+
+    keys = np.ascontiguousarray(keys, dtype="<i4").reshape(-1, 2)
+    kb = keys.tobytes()
+    mapping = {kb[i:i + 8]: v for i, v in zip(range(0, len(kb), 8), values.tolist())}
+    del kb
+    m = fastconstmap.VerifiedConstMap(mapping)
+    del mapping
+    return m.to_bytes()
+
+
+@njit(cache=True, inline="always")
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(cache=True, inline="always")
+def _xxh64_8(word):
+    """XXH64 (seed 0) of one 8-byte little-endian word."""
+    h = _P5 + np.uint64(8)
+    k = word * _P2
+    k = _rotl(k, 31) * _P1
+    h ^= k
+    h = _rotl(h, 27) * _P1 + _P4
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@njit(cache=True, inline="always")
+def lookup(t0, t1, seed, seg_len, seg_count_len, data, checks):
+    word = (np.uint64(np.uint32(t0))) | (np.uint64(np.uint32(t1)) << np.uint64(32))
+    x = _xxh64_8(word) + seed
+    x ^= x >> np.uint64(33)
+    x *= _M1
+    x ^= x >> np.uint64(33)
+    x *= _M2
+    x ^= x >> np.uint64(33)
+    # hi64(x * seg_count_len) with seg_count_len < 2^32, without 128-bit integers
+    h0 = ((x >> np.uint64(32)) * seg_count_len + (((x & _U32) * seg_count_len) >> np.uint64(32))) >> np.uint64(32)
+    mask = seg_len - np.uint64(1)
+    h1 = (h0 + seg_len) ^ ((x >> np.uint64(18)) & mask)
+    h2 = (h0 + seg_len + seg_len) ^ (x & mask)
+    if (checks[h0] ^ checks[h1] ^ checks[h2]) != (x ^ (x >> np.uint64(32))):
+        return NOT_FOUND
+    return data[h0] ^ data[h1] ^ data[h2]
+
+
+@njit(cache=True)
+def lookup_many(keys, seed, seg_len, seg_count_len, data, checks, out):
+    for i in range(keys.shape[0]):
+        out[i] = lookup(keys[i, 0], keys[i, 1], seed, seg_len, seg_count_len, data, checks)
+
+
+@njit(cache=True)
+def _fnv1a(raw):
+    h = np.uint64(0xCBF29CE484222325)
+    p = np.uint64(0x100000001B3)
+    for i in range(raw.shape[0]):
+        h = (h ^ np.uint64(raw[i])) * p
+    return h
