@@ -1,0 +1,114 @@
+"""Child-process probes: each measurement runs in a fresh interpreter so RSS and page state are its own.
+
+`python -m lookupkit.bench.probe open PATH --runs N [--cold]` and
+`python -m lookupkit.bench.probe replay TOKENS [--lcs PATH] --ctx C --draft D [--hold]` print one JSON line.
+With --hold, the replay probe then prints "ready" and waits for a line on stdin, so a parent can read
+every process's /proc/PID/smaps_rollup while all of them are alive (the sharing measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def memory() -> dict:
+    """RSS, PSS and USS (private) of this process in bytes, from /proc/self/smaps_rollup."""
+    out = {}
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if parts[0] in ("Rss:", "Pss:", "Private_Clean:", "Private_Dirty:"):
+                out[parts[0][:-1].lower()] = int(parts[1]) * 1024
+    out["uss"] = out.pop("private_clean") + out.pop("private_dirty")
+    return out
+
+
+def peak_rss() -> int:
+    """This process's own high-water RSS (VmHWM). getrusage's ru_maxrss is not used: Linux carries
+    the parent's peak across fork+exec into it."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def evict(path: str) -> None:
+    """Drop the file's pages from the page cache (cold open)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def probe_open(path: str, runs: int, cold: bool) -> dict:
+    from lookupkit import StaticCache
+
+    StaticCache.open(path).close()  # import/JIT/first-touch costs are not the open
+    times = []
+    rss_growth = []
+    for _ in range(runs):
+        if cold:
+            evict(path)
+        before = memory()["rss"]
+        t = time.perf_counter()
+        cache = StaticCache.open(path)
+        times.append(time.perf_counter() - t)
+        rss_growth.append(memory()["rss"] - before)
+        cache.close()
+    return {"open_s": times, "rss_growth": rss_growth}
+
+
+def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool) -> dict:
+    from lookupkit import StaticCache
+    from lookupkit.replay import load_tokens, replay
+
+    ids = load_tokens(tokens)
+    rss_base = memory()["rss"]
+    t = time.perf_counter()
+    static = StaticCache.open(lcs) if lcs else None
+    t_open = time.perf_counter() - t
+    rss_open = memory()["rss"]
+    trace, _ = replay(ids, n_ctx=n_ctx, n_draft=n_draft, static=static, engine="fast")
+    s = trace.summary()
+    result = {k: s[k] for k in ("n_drafted", "n_accept", "accept", "t_draft_ms", "us_per_drafted_token",
+                                "draft_calls", "drafted_steps", "coverage")}
+    result.update(open_s=t_open, rss_base=rss_base, rss_after_open=rss_open, peak_rss=peak_rss(), **memory())
+    if hold:
+        print(json.dumps(result), flush=True)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        return {}
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="lookupkit.bench.probe")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("open")
+    o.add_argument("path")
+    o.add_argument("--runs", type=int, default=7)
+    o.add_argument("--cold", action="store_true")
+    r = sub.add_parser("replay")
+    r.add_argument("tokens")
+    r.add_argument("--lcs")
+    r.add_argument("--ctx", type=int, default=4096)
+    r.add_argument("--draft", type=int, default=8)
+    r.add_argument("--hold", action="store_true")
+    a = p.parse_args(argv)
+    if a.cmd == "open":
+        res = probe_open(a.path, a.runs, a.cold)
+    else:
+        res = probe_replay(a.tokens, a.lcs, a.ctx, a.draft, a.hold)
+    if res:
+        print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
