@@ -1,0 +1,117 @@
+"""`lookup-create`: build a static 2-gram cache from a corpus, as llama.cpp's llama-lookup-create does.
+
+A thin layer over `lookupkit.build.build_static`: flags in, a summary (or JSON) out. Flags follow
+llama.cpp where it has them (-m, -f, -lcs, -c).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..build import build_static
+from ..corpora import HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
+from ..errors import InputError
+from .common import guarded, print_json, progress
+
+EXAMPLES = """Examples:
+
+\b
+  lookup-create -f corpus.txt -lcs static.lkc
+  lookup-create -m ggml-vocab-qwen2.gguf -f wiki541.txt.zst --max-bytes 25MB -lcs wiki25.lkc
+  lookup-create -f a.txt -f b.txt -lcs ab.lcs              # two documents, llama.cpp's legacy format
+  lookup-create --dataset wikitext:wikitext-103-raw-v1:train -m qwen2.gguf -lcs wt103.lkc
+  lookup-create --tokens corpus.i32 -lcs static.ggngcmap   # ids already tokenized
+  lookup-create --default-corpus -lcs demo.lkc             # Python's standard library sources
+
+Each source is one document (own BOS, one trailing newline stripped), as if built alone and merged.
+Sources are taken in this order: -f files, --dataset, --tokens, --default-corpus.
+Tokenized text is cached (zstd int32) in --cache-dir, so prefixes of one corpus tokenize once.
+"""
+
+class Cut(str, Enum):
+    line = "line"
+    byte = "byte"
+
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+@app.command(help="Count every 2-gram's followers in a corpus and write a static cache (-lcs).", epilog=EXAMPLES)
+@guarded
+def create(
+    lcs: Path = typer.Option(..., "-lcs", "--lookup-cache-static", metavar="OUT", help="Output file; the format follows its "
+                             "extension (.lkc, .lkc.zst, .ggngcmap, .lcs) unless --format is given."),
+    files: List[Path] = typer.Option([], "-f", "--file", metavar="FILE", help="Text corpus (.txt, or zstd .zst); repeatable."),
+    datasets: List[str] = typer.Option([], "--dataset", metavar="SPEC", help="Hugging Face dataset name[:config[:split]] or a local "
+                                       "parquet/arrow/text file or directory (column 'text'); repeatable."),
+    tokens: List[Path] = typer.Option([], "--tokens", metavar="FILE", help="Token ids: raw little-endian int32 (.i32) or a 1-D "
+                                      ".npy; repeatable."),
+    default_corpus: bool = typer.Option(False, "--default-corpus", help="Use this Python's standard-library "
+                                        "sources as the corpus (no download)."),
+    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary: a GGUF file or a HF "
+                                         "tokenizer.json (default: the bundled gpt-2 vocabulary)."),
+    format: Optional[str] = typer.Option(None, "--format", metavar="FORMAT", help="lkc, lkc.zst, ggngcmap or llama."),
+    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", metavar="SIZE", help="Use only the first N bytes of text "
+                                            "(25MB = 25*10^6, 25MiB = 25*2^20, or a byte count), cut at a line end."),
+    cut: Cut = typer.Option(Cut.line, "--cut", help="Where --max-bytes ends the text: at the last line end "
+                            "within it (line, as the seed article cut its prefixes) or after exactly N bytes (byte)."),
+    no_keys: bool = typer.Option(False, "--no-keys", help="lkc only: leave out the key sections (smaller file; "
+                                 "it cannot be listed or converted without the corpus)."),
+    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", metavar="N", help="Accepted for llama.cpp compatibility; "
+                                           "unused (the static cache does not depend on it)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Token cache directory (default "
+                                             "$LOOKUPKIT_CACHE_DIR or ~/.cache/lookupkit)."),
+    no_token_cache: bool = typer.Option(False, "--no-token-cache", help="Neither read nor keep cached tokens."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress bars)."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars and no summary."),
+) -> None:
+    limit = parse_size(max_bytes) if max_bytes is not None else None
+    sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets] + [TokenFile(t) for t in tokens]
+               + ([StdlibCorpus()] if default_corpus else []))
+    if not sources:
+        raise InputError("no corpus given: pass -f FILE, --dataset SPEC, --tokens FILE or --default-corpus")
+    tokenizer = _tokenizer(model)
+    show = not (quiet or as_json)
+    summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
+                           progress=(lambda bytes_mode: progress(True, bytes_mode)) if show else None,
+                           max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache)
+    if as_json:
+        print_json(summary)
+    elif not quiet:
+        typer.echo("\n".join(summary_lines(summary)))
+
+
+def _tokenizer(model: Path | None):
+    from ..tokenizer import Tokenizer
+
+    return Tokenizer.from_file(model) if model is not None else Tokenizer.default()
+
+
+def summary_lines(s: dict) -> list[str]:
+    """The human summary of a build (the JSON summary holds the same numbers and more)."""
+    sec = s["seconds"]
+    lines = [
+        f"wrote {s['output']} ({s['format']}, {s['file_bytes']:,} bytes)",
+        f"  vocab      {s['vocab']['name']} ({s['vocab']['n_vocab']:,} tokens, {s['vocab']['fingerprint'][:16]})",
+        f"  corpus     {len(s['sources'])} document(s), {s['n_bytes']:,} bytes, {s['n_tokens']:,} tokens "
+        f"({s['reused_tokens']:,} from the token cache)",
+        f"  cache      {s['n_2grams']:,} 2-grams, {s['n_pairs']:,} (token, count) pairs",
+        f"  time       tokenize {sec['tokenize']:.1f} s, count {sec['count']:.1f} s, write {sec['write']:.1f} s, "
+        f"total {sec['total']:.1f} s",
+        f"  peak RSS   {s['peak_rss_bytes'] / 1e6:,.0f} MB",
+    ]
+    if s["replaced_bytes"]:
+        lines.append(f"  warning    {s['replaced_bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD")
+    if any(src["cut"] for src in s["sources"]) or s["skipped_sources"]:
+        where = "a line end" if s["cut"] == "line" else "a byte"
+        lines.append(f"  max-bytes  cut at {where} ({s['max_bytes']:,} allowed); "
+                     f"skipped: {', '.join(s['skipped_sources']) or 'none'}")
+    return lines
+
+
+def main() -> None:
+    app()

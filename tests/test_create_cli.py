@@ -1,0 +1,274 @@
+"""lookup-create as a user runs it: outputs equal to independent counts and llama.cpp's, summaries, and
+bad input (one-line error, exit 2, nothing at the target)."""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import json
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from lookupkit import atomic
+from lookupkit.cli.create import app
+from lookupkit.count import count_static
+from lookupkit.formats import llama, read_table
+from lookupkit.table import StaticTable
+from lookupkit.tokenizer import Tokenizer
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+REF = SHARED / "reference"
+runner = CliRunner()
+TEXT = " = Heading = \n \n The cat sat on the mat . The cat sat on the hat . \n The dog sat . \n"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOKUPKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return Tokenizer.default()
+
+
+def create(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def create_json(*args) -> dict:
+    result = create(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def assert_one_line_error(result, *fragments):
+    """Exit 2 and one `error:` line, the last on stderr (progress bars of finished phases may precede it)."""
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def same(a: StaticTable, b: StaticTable) -> bool:
+    return all(np.array_equal(x, y) for x, y in [(a.keys, b.keys), (a.offsets, b.offsets), (a.pairs, b.pairs)])
+
+
+def file_ids(tok, text: str) -> np.ndarray:
+    return tok.encode(text[:-1] if text.endswith("\n") else text)
+
+
+# -- outputs ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["zipf.lcs", "zipf.lkc", "zipf.ggngcmap", "zipf.lkc.zst"])
+def test_token_ids_build_equals_llamacpp_lookup_create(tmp_path, name):
+    if not REF.is_dir():
+        pytest.skip(f"conformance vectors not found at {REF} (the shared folder is absent)")
+    out = tmp_path / name
+    summary = create_json("--tokens", REF / "zipf.corpus.i32", "-lcs", out)
+    reference = StaticTable.from_ngrams(llama.read((REF / "zipf.static.lcs").read_bytes()))
+    assert same(read_table(out), reference)
+    assert (summary["n_tokens"], summary["n_2grams"], summary["n_pairs"]) == (200_000, reference.n_keys, reference.n_pairs)
+    assert summary["file_bytes"] == out.stat().st_size
+
+
+def test_text_build_counts_the_tokenizers_ids(tmp_path, gpt2):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    summary = create_json("-f", corpus, "-lcs", tmp_path / "out.lkc")
+    ids = file_ids(gpt2, TEXT)
+    assert same(read_table(tmp_path / "out.lkc"), count_static([ids], gpt2.n_vocab))
+    assert summary["n_tokens"] == len(ids) and summary["n_bytes"] == len(TEXT.encode())
+    assert summary["vocab"]["fingerprint"] == gpt2.fingerprint
+    assert set(summary["seconds"]) == {"tokenize", "count", "write", "total"} and summary["peak_rss_bytes"] > 0
+
+
+def test_several_files_are_separate_documents(tmp_path, gpt2):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("one two three four five\n")
+    b.write_text("six seven eight nine\n")
+    create_json("-f", a, "-f", b, "-lcs", tmp_path / "ab.lcs")
+    expected: dict = {}
+    for text in ("one two three four five\n", "six seven eight nine\n"):
+        for gram, followers in count_static([file_ids(gpt2, text)], gpt2.n_vocab).to_dict().items():
+            expected[gram] = dict(Counter(expected.get(gram, {})) + Counter(followers))
+    assert read_table(tmp_path / "ab.lcs").to_dict() == expected  # = lookup-merge of per-file caches
+
+
+def test_max_bytes_cuts_at_a_line_end_across_sources(tmp_path, gpt2):
+    a, b, c = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"
+    a.write_text("alpha beta gamma\n")          # 17 bytes, fits whole
+    b.write_text("delta epsilon\nzeta eta theta\n")  # 14 bytes fit: its first line
+    c.write_text("iota kappa lambda\n")          # nothing left
+    summary = create_json("-f", a, "-f", b, "-f", c, "--max-bytes", "40B", "-lcs", tmp_path / "o.lkc")
+    assert [s["bytes"] for s in summary["sources"]] == [17, 14]
+    assert [s["cut"] for s in summary["sources"]] == [False, True]
+    assert summary["skipped_sources"] == [str(c)]
+    byte_cut = create_json("-f", a, "-f", b, "--max-bytes", "40", "--cut", "byte", "-lcs", tmp_path / "p.lkc")
+    assert [s["bytes"] for s in byte_cut["sources"]] == [17, 23]
+
+
+def test_human_summary_and_invalid_utf8_warning(tmp_path):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("caf\u00e9 na\u00efve r\u00e9sum\u00e9 \n".encode("latin-1") * 20)
+    result = create("-f", corpus, "-lcs", tmp_path / "o.lkc", "-c", "4096")
+    assert result.exit_code == 0, result.output
+    assert "2-grams" in result.stdout and "peak RSS" in result.stdout
+    assert "80 bytes of invalid UTF-8 were replaced" in result.stdout
+    assert create_json("-f", corpus, "-lcs", tmp_path / "p.lkc")["replaced_bytes"] == 80
+
+
+def test_token_cache_is_reused_and_can_be_disabled(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT * 50)
+    first = create_json("-f", corpus, "-lcs", tmp_path / "a.lkc", "--cache-dir", tmp_path / "tc")
+    again = create_json("-f", corpus, "-lcs", tmp_path / "b.lkc", "--cache-dir", tmp_path / "tc")
+    assert first["reused_tokens"] == 0 and again["reused_tokens"] == again["n_tokens"] == first["n_tokens"]
+    assert (tmp_path / "a.lkc").read_bytes() == (tmp_path / "b.lkc").read_bytes()
+    off = create_json("-f", corpus, "-lcs", tmp_path / "c.lkc", "--no-token-cache")
+    assert off["token_cache"] is None and not (tmp_path / "cache").exists()
+
+
+def test_default_corpus(tmp_path):
+    summary = create_json("--default-corpus", "--max-bytes", "200KB", "-lcs", tmp_path / "d.lkc")
+    [source] = summary["sources"]
+    assert source["source"].startswith("default:python") and 0 < source["bytes"] <= 200_000
+    assert summary["n_2grams"] > 1000
+
+
+def test_help_shows_examples():
+    result = create("--help")
+    assert result.exit_code == 0
+    assert "Examples:" in result.stdout and "--max-bytes 25MB" in result.stdout and "-lcs" in result.stdout
+
+
+needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None
+                                    or importlib.util.find_spec("pyarrow") is None,
+                                    reason="the optional `datasets`/`pyarrow` packages are not installed")
+
+
+@needs_datasets
+def test_local_parquet_dataset(tmp_path, monkeypatch, gpt2):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    pq.write_table(pa.table({"text": [" = A = \n", "", " the cat sat \n", " the cat ran \n"]}), tmp_path / "d.parquet")
+    create_json("--dataset", tmp_path / "d.parquet", "-lcs", tmp_path / "o.lkc")
+    ids = file_ids(gpt2, " = A = \n\n the cat sat \n the cat ran \n")
+    assert same(read_table(tmp_path / "o.lkc"), count_static([ids], gpt2.n_vocab))
+
+
+@needs_datasets
+@pytest.mark.parametrize("offline_env", [True, False])
+def test_remote_dataset_offline(tmp_path, offline_env):
+    # a fresh process: `datasets` reads its offline switches when first imported
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "https://hub.invalid"}
+    if offline_env:
+        env["HF_HUB_OFFLINE"] = "1"
+    result = subprocess.run(["lookup-create", "--dataset", "wikitext:wikitext-103-raw-v1:train", "-lcs",
+                             tmp_path / "o.lkc"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: dataset wikitext:wikitext-103-raw-v1:train cannot be downloaded (offline?)")
+
+
+# -- bad input ----------------------------------------------------------------------------------
+def bad_corpus(tmp_path: Path, case: str) -> list:
+    path = tmp_path / "corpus.txt"
+    if case == "missing":
+        return ["-f", path]
+    if case == "directory":
+        path.mkdir()
+    elif case == "empty":
+        path.write_bytes(b"")
+    elif case == "binary":
+        path.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 10)
+    elif case == "only-newline":
+        path.write_bytes(b"\n")
+    elif case == "two-tokens":
+        path.write_bytes(b"hello world\n")
+    elif case == "empty-ids":
+        path = tmp_path / "t.i32"
+        path.write_bytes(b"")
+        return ["--tokens", path]
+    elif case == "ids-outside-vocab":
+        path = tmp_path / "t.i32"
+        np.array([1, 2, 3, 50257, 4], dtype="<i4").tofile(path)
+        return ["--tokens", path]
+    elif case == "odd-size-ids":
+        path = tmp_path / "t.i32"
+        path.write_bytes(b"\x01\x00\x00\x00\x02\x00")
+        return ["--tokens", path]
+    return ["-f", path]
+
+
+@pytest.mark.parametrize("case,fragment", [
+    ("missing", "does not exist"), ("directory", "is a directory"), ("empty", "is empty"),
+    ("binary", "looks binary"), ("only-newline", "empty token stream"), ("two-tokens", "no 2-grams"),
+    ("empty-ids", "empty token stream"), ("ids-outside-vocab", "token id 50257 at position 3"),
+    ("odd-size-ids", "not a multiple of 4"),
+])
+def test_bad_corpora(tmp_path, case, fragment):
+    out = tmp_path / "out.lkc"
+    assert_one_line_error(create(*bad_corpus(tmp_path, case), "-lcs", out), fragment)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--max-bytes", "0"], "positive"), (["--max-bytes", "lots"], "cannot read size"),
+    (["--max-bytes", "-3MB"], "cannot read size"), (["--format", "zip"], "unknown format"),
+    (["--tokens", "x.i32", "--max-bytes", "1MB"], "cannot be combined"),
+])
+def test_absurd_flags(tmp_path, args, fragment):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    np.arange(10, dtype="<i4").tofile(tmp_path / "x.i32")
+    args = [tmp_path / a if a == "x.i32" else a for a in args]
+    assert_one_line_error(create("-f", corpus, *args, "-lcs", tmp_path / "o.lkc"), fragment)
+
+
+def test_no_source_and_no_extension(tmp_path):
+    assert_one_line_error(create("-lcs", tmp_path / "o.lkc"), "no corpus given")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    assert_one_line_error(create("-f", corpus, "-lcs", tmp_path / "o.bin"), "cannot tell the format")
+
+
+@pytest.mark.parametrize("where,fragment", [("no-such-dir/o.lkc", "does not exist"), ("d.lkc", "is a directory")])
+def test_unwritable_output(tmp_path, where, fragment):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    (tmp_path / "d.lkc").mkdir()
+    assert_one_line_error(create("-f", corpus, "-lcs", tmp_path / where), fragment)
+
+
+def test_disk_full_leaves_nothing_at_the_target(tmp_path, monkeypatch):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", no_space)
+    assert_one_line_error(create("-f", corpus, "-lcs", out_dir / "o.lkc", "--no-token-cache"), "no space left")
+    assert list(out_dir.iterdir()) == []
+
+
+def test_the_installed_command(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT)
+    ok = subprocess.run(["lookup-create", "-f", corpus, "-lcs", tmp_path / "o.lcs", "-q"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout == "" and (tmp_path / "o.lcs").stat().st_size > 0
+    bad = subprocess.run(["lookup-create", "-f", tmp_path / "none.txt", "-lcs", tmp_path / "p.lcs"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
