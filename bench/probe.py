@@ -27,14 +27,6 @@ def memory() -> dict:
     return out
 
 
-def peak_rss() -> int:
-    """This process's own high-water RSS (VmHWM). getrusage's ru_maxrss is not used: Linux carries
-    the parent's peak across fork+exec into it."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def evict(path: str) -> None:
@@ -67,6 +59,7 @@ def probe_open(path: str, runs: int, cold: bool) -> dict:
 
 def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool) -> dict:
     from lookupkit import StaticCache
+    from lookupkit.memory import peak_rss_bytes
     from lookupkit.replay import load_tokens, replay
 
     ids = load_tokens(tokens)
@@ -79,7 +72,7 @@ def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: b
     s = trace.summary()
     result = {k: s[k] for k in ("n_drafted", "n_accept", "accept", "t_draft_ms", "us_per_drafted_token",
                                 "draft_calls", "drafted_steps", "coverage")}
-    result.update(open_s=t_open, rss_base=rss_base, rss_after_open=rss_open, peak_rss=peak_rss(), **memory())
+    result.update(open_s=t_open, rss_base=rss_base, rss_after_open=rss_open, peak_rss=peak_rss_bytes(), **memory())
     if hold:
         print(json.dumps(result), flush=True)
         print("ready", flush=True)

@@ -42,6 +42,7 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp creates 0600; give what open() would
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
@@ -50,6 +51,12 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _remove(tmp: str) -> None:

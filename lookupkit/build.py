@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ from .corpora.stream import Budget
 from .corpora.tokenized import DocTokens, tokenize_source, tokenizer_mode
 from .count import CHUNK_TOKENS, FollowerCounter
 from .errors import InputError
+from .memory import peak_rss_bytes
 from .table import COUNT_MAX
 from .tokstore import TokenStore
 
@@ -161,12 +160,6 @@ def _close(doc: DocTokens) -> None:
             part[0].close()
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
 @contextlib.contextmanager
 def _timed(phases: dict, peaks: dict, name: str):
     """Record the block's wall time in phases[name] and the peak RSS reached by its end in peaks[name]."""
@@ -196,3 +189,36 @@ def _bar(progress: ProgressFactory | None, bytes_mode: bool, label: str, total: 
         yield advance
         end = max(done[0], 1) if total is None else total
         bar.update(task, total=end, completed=end)
+
+
+def export_tokens(sources: Sequence, tokenizer, out_path: str | os.PathLike, progress: ProgressFactory | None = None,
+                  *, max_bytes: int | None = None, cut: str = "line", cache_dir: str | os.PathLike | None = None) -> dict:
+    """Write the corpus' ids (lookup-create's tokenization) as raw little-endian int32 to `out_path`.
+
+    Documents are concatenated in source order; the ids are those lookup-create counts, so
+    `lookup-create --tokens OUT` on one source builds the same cache as from the text.
+    """
+    from .atomic import atomic_writer
+
+    t_start = time.perf_counter()
+    out_path = Path(out_path)
+    _check_output(out_path)
+    if not sources:
+        raise InputError("no corpus given: pass a text file, a dataset or the default corpus")
+    for source in sources:
+        source.check()
+    docs, skipped = _tokenize(sources, tokenizer, TokenStore(cache_dir), Budget(max_bytes, cut), progress)
+    try:
+        n_tokens = 0
+        with atomic_writer(out_path) as f:
+            for doc in docs:
+                for ids in doc.arrays():
+                    f.write(np.ascontiguousarray(ids, dtype="<i4").tobytes())
+                    n_tokens += len(ids)
+    finally:
+        for doc in docs:
+            _close(doc)
+    return {"output": str(out_path), "tokens": n_tokens, "bytes": sum(d.n_bytes for d in docs),
+            "documents": len(docs), "skipped_sources": skipped, "vocab": tokenizer.name,
+            "fingerprint": tokenizer.fingerprint, "seconds": round(time.perf_counter() - t_start, 3),
+            "peak_rss_bytes": peak_rss_bytes()}

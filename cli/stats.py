@@ -1,0 +1,253 @@
+"""`lookup-stats`: llama.cpp's replay evaluation of prompt-lookup drafting, plus what llama.cpp lacks.
+
+Prints llama.cpp's seven lines in its formats (to stdout), then draft calls, coverage, tokens per
+verify, accepted counts per draft position, drafts and acceptance per source, cache open times and
+peak RSS. -c is used as given (llama.cpp pads it up to a multiple of 32). A missing -lcd is an error
+(llama.cpp silently starts empty, which hides a mistyped path).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..atomic import atomic_writer
+from ..draft_fast import Thresholds
+from ..errors import InputError, VocabMismatchError
+from ..flatcache import LAX, STRICT
+from ..formats import llama
+from ..memory import peak_rss_bytes
+from ..ngram_cache import load_table, save_table
+from ..ngram_source import check_params, replay_ngram
+from ..replay import check_args, load_tokens, replay, tokenize_file
+from ..sweep import expected_speedup, make_grid, sweep as run_sweep, sweep_table
+from ..trace import ReplayTrace
+from .common import guarded, print_json
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+NGRAM_DRAFT, NGRAM_MIN_MATCH, NGRAM_MAX_MATCH = 3, 3, 8  # --source ngram defaults
+
+
+class Source(str, Enum):
+    lookup = "lookup"
+    ngram = "ngram"
+
+
+class Engine(str, Enum):
+    fast = "fast"
+    reference = "reference"
+
+
+THRESHOLD_VARIANTS = [("llama.cpp", None), ("ctx-strict", Thresholds(context=STRICT)),
+                      ("dyn-lax", Thresholds(dynamic=LAX))]
+"""--sweep's thresholds axis: llama.cpp's, the context cache held to the dynamic's strict thresholds, and
+the dynamic cache given the context's lax ones."""
+
+
+@app.command(help="Replay a text (or token ids) as lookup-stats does and report how well drafting works.")
+@guarded
+def stats(
+    file: Optional[Path] = typer.Option(None, "-f", "--file", help="Text to replay, tokenized with -m."),
+    model: Optional[Path] = typer.Option(None, "-m", "--model", help="Vocabulary for -f: GGUF or HF tokenizer.json "
+                                         "(default: the bundled gpt-2, as lookup-create)."),
+    tokens: Optional[Path] = typer.Option(None, "--tokens", help="Token ids to replay (.i32 raw int32 or .npy)."),
+    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap "
+                                       "or llama.cpp legacy)."),
+    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) to "
+                                       "start from (must exist)."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Chunk size in tokens (used as given)."),
+    n_draft: Optional[int] = typer.Option(None, "--draft", "--draft-max", "--draft-n", help="Maximum drafted tokens "
+                                          "per call (default 16; 3 for --source ngram)."),
+    source: Source = typer.Option(Source.lookup, "--source", help="lookup: llama.cpp's caches; ngram: the longest "
+                                  "earlier match in the sequence."),
+    engine: Engine = typer.Option(Engine.fast, "--engine", help="fast (compiled) or reference (readable Python)."),
+    min_match: Optional[int] = typer.Option(None, "--ngram-min-match", help="--source ngram: draft nothing below "
+                                            "this match length (default 3)."),
+    max_match: Optional[int] = typer.Option(None, "--ngram-max-match", help="--source ngram: longest match "
+                                            "length considered (default 8)."),
+    verify_cost: Optional[float] = typer.Option(None, "--verify-cost", min=0.0, help="Relative extra cost of each "
+                                                "drafted position in a verify batch: report the expected speed-up."),
+    sweep: bool = typer.Option(False, "--sweep", help="Replay a grid (--draft 1..8 x thresholds, or "
+                               "--ngram-min-match 1..8) and print one table; a given --draft/--ngram-min-match "
+                               "is held fixed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+    dump: Optional[Path] = typer.Option(None, "--dump", help="Write one line per draft call (.steps format)."),
+    save_dynamic: Optional[Path] = typer.Option(None, "--save-dynamic", help="Write the final dynamic cache "
+                                                "(legacy format)."),
+) -> None:
+    ngram = source is Source.ngram
+    _check_combination(ngram, engine, sweep, lcs=lcs, lcd=lcd, save_dynamic=save_dynamic, dump=dump,
+                       ngram_min_match=min_match, ngram_max_match=max_match)
+    ids, fingerprint = _input_tokens(file, model, tokens)
+    if n_draft is None and not sweep:  # a sweep without --draft sweeps it
+        n_draft = NGRAM_DRAFT if ngram else 16
+    max_match = NGRAM_MAX_MATCH if max_match is None else max_match
+    one_min_match = min(NGRAM_MIN_MATCH, max_match) if min_match is None else min_match
+    check_args(len(ids), ctx_size, 1 if n_draft is None else n_draft)  # before any cache is loaded
+    if ngram:
+        check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
+    static, dynamic, t_static, t_load = _load_caches(lcs, lcd, fingerprint, ids)
+    if sweep:
+        rows = run_sweep(ids, static, dynamic, _grid(ngram, n_draft, min_match, max_match), n_ctx=ctx_size,
+                         source=source.value, verify_cost=verify_cost)
+        _print_sweep(rows, as_json, source=source.value, n_ctx=ctx_size, n_input=len(ids), verify_cost=verify_cost,
+                     t_load_ms=t_load * 1e3)
+        return
+    if ngram:
+        trace, final_dynamic = replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
+    else:
+        trace, final_dynamic = replay(ids, ctx_size, n_draft, static, dynamic, engine=engine.value)
+    trace.t_load_s = t_load
+    trace.extra.update(source=source.value, engine=engine.value, n_input=len(ids), t_static_open_ms=t_static * 1e3,
+                       peak_rss_mb=peak_rss_bytes() / 1e6)
+    if verify_cost is not None:
+        trace.extra.update(expected_speedup(trace, verify_cost))
+    if dump:
+        _write_lines(dump, trace.steps_lines())
+    if save_dynamic:
+        save_table(final_dynamic, save_dynamic)
+    if as_json:
+        print_json(trace.summary())
+    else:
+        typer.echo("\n".join(report_lines(trace)))
+
+
+def _load_caches(lcs: Path | None, lcd: Path | None, fingerprint: str | None, ids):
+    """(static, dynamic table, static open seconds, both loads' seconds = llama.cpp's t_draft_flat)."""
+    llama.read(b"")  # load the compiled legacy reader first, so JIT start-up is not timed as file loading
+    t0 = time.perf_counter()
+    static = _open_static(lcs, fingerprint, ids) if lcs else None
+    t_static = time.perf_counter() - t0
+    dynamic = _load_dynamic(lcd) if lcd else None
+    return static, dynamic, t_static, time.perf_counter() - t0
+
+
+def _print_sweep(rows: list[dict], as_json: bool, **about) -> None:
+    if as_json:
+        print_json({**about, "rows": rows})
+    else:
+        typer.echo(f"sweep: --source {about['source']}, -c {about['n_ctx']}, {about['n_input']} tokens, "
+                   f"{len(rows)} replays")
+        typer.echo(sweep_table(rows))
+
+
+def _check_combination(ngram: bool, engine: Engine, sweep: bool, **given) -> None:
+    """Refuse flags that the chosen mode would silently ignore."""
+    names = {"lcs": "-lcs", "lcd": "-lcd", "save_dynamic": "--save-dynamic", "dump": "--dump",
+             "ngram_min_match": "--ngram-min-match", "ngram_max_match": "--ngram-max-match"}
+    used = {k for k, v in given.items() if v is not None}
+    rules = [(ngram, {"lcs", "lcd", "save_dynamic"}, "--source ngram (it drafts from the sequence alone)"),
+             (not ngram, {"ngram_min_match", "ngram_max_match"}, "--source lookup"),
+             (sweep, {"dump", "save_dynamic"}, "--sweep (they describe one replay)")]
+    for active, flags, mode in rules:
+        bad = sorted(used & flags)
+        if active and bad:
+            raise InputError(f"{', '.join(names[k] for k in bad)} cannot be used with {mode}")
+    if engine is Engine.reference and (ngram or sweep):
+        raise InputError("--engine reference replays --source lookup only, one replay at a time (no --sweep)")
+
+
+def _grid(ngram: bool, n_draft: int | None, min_match: int | None, max_match: int) -> list[dict]:
+    """--sweep's grid: a given --draft / --ngram-min-match stays fixed, the other axes are swept."""
+    if ngram:
+        return make_grid(n_draft=NGRAM_DRAFT if n_draft is None else n_draft, max_match=max_match,
+                         min_match=range(1, min(8, max_match) + 1) if min_match is None else min_match)
+    return make_grid(n_draft=range(1, 9) if n_draft is None else n_draft, thresholds=THRESHOLD_VARIANTS)
+
+
+def _input_tokens(file: Path | None, model: Path | None, tokens: Path | None):
+    """The replay input and the vocabulary fingerprint it was tokenized with (None for --tokens)."""
+    if (file is None) == (tokens is None):
+        raise InputError("give exactly one input: -f FILE [-m VOCAB] or --tokens FILE")
+    if tokens is not None:
+        if model is not None:
+            raise InputError("-m is only used to tokenize -f; --tokens are already ids")
+        return load_tokens(tokens), None
+    from ..tokenizer import Tokenizer
+
+    tok = Tokenizer.from_file(model) if model is not None else Tokenizer.default()
+    return tokenize_file(file, tok), tok.fingerprint
+
+
+def _open_static(path: Path, fingerprint: str | None, ids):
+    from ..static import StaticCache
+
+    static = StaticCache.open(path, expect_vocab=fingerprint)
+    n_vocab = static.n_vocab
+    if n_vocab and int(ids.max()) >= n_vocab:
+        raise VocabMismatchError(f"token id {int(ids.max())} is out of range for {path}, built for a vocabulary "
+                                 f"of {n_vocab} tokens: the ids and the cache come from different vocabularies")
+    return static
+
+
+def _load_dynamic(path: Path):
+    if not path.exists():
+        raise InputError(f"-lcd {path} does not exist (lookup-stats only reads it; --save-dynamic writes one)")
+    return load_table(path)
+
+
+def _write_lines(path: Path, lines) -> None:
+    with atomic_writer(path) as f:
+        for line in lines:
+            f.write(line.encode() + b"\n")
+
+
+def _c(x: float, spec: str) -> str:
+    """Format like C's printf: nan prints as glibc's "-nan" (x86's 0/0), infinities as "inf"."""
+    if math.isnan(x):
+        return "-nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return format(x, spec)
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b with IEEE semantics for b == 0, as the C code computes it."""
+    if b:
+        return a / b
+    return math.nan if a == 0 else math.copysign(math.inf, a)
+
+
+def report_lines(trace: ReplayTrace) -> list[str]:
+    """llama.cpp's seven lines (same formats), then lookupkit's extras."""
+    s = trace.summary()
+    t_us = trace.t_draft_s * 1e6
+    lines = [
+        f"n_draft      = {s['n_draft']}",
+        f"n_predict    = {s['n_predict']}",
+        f"n_drafted    = {s['n_drafted']}",
+        f"t_draft_flat = {trace.t_load_s * 1e3:.2f} ms",
+        f"t_draft      = {t_us * 1e-3:.2f} ms, {_c(_ratio(t_us, s['n_drafted']), '.2f')} us per token, "
+        f"{_c(_ratio(s['n_drafted'], 1e-6 * t_us), '.2f')} tokens per second",
+        f"n_accept     = {s['n_accept']}",
+        f"accept       = {_c(_ratio(100.0 * s['n_accept'], s['n_drafted']), '.3f')}%",
+        "",
+        f"draft_calls  = {s['draft_calls']}",
+        f"drafted      = {s['drafted_steps']} calls "
+        f"({_c(_ratio(100.0 * s['drafted_steps'], s['draft_calls']), '.2f')}% coverage)",
+        f"tok/verify   = {_c(s['tokens_per_verify'] or math.nan, '.4f')} (accepted + 1 per call)",
+        "accepted at draft position k (calls whose first k drafted tokens were all accepted):",
+        "  " + " ".join(f"{k}:{n}" for k, n in enumerate(s["accepted_per_position"], 1)),
+    ]
+    if s["per_source"]:
+        lines.append("per source    drafted   accepted   accept")
+        lines += [f"  {name:<8} {v['drafted']:>10} {v['accepted']:>10} {v['accept']:>7.3f}%"
+                  for name, v in s["per_source"].items()]
+    if "verify_cost" in s:
+        lines.append(f"speed-up     = {_c(s['speedup'] or math.nan, '.3f')}x over plain decoding at verify cost "
+                     f"{s['verify_cost']:g} (breaks even at {_c(s['break_even_cost'] or math.nan, '.3f')})")
+    lines += [f"t_static_open= {s['t_static_open_ms']:.2f} ms", f"peak_rss     = {s['peak_rss_mb']:.1f} MB"]
+    return lines
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
