@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from . import cache_cmds, demo
+from . import cache_cmds, demo, tokenize_cmd
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="lookupkit: llama.cpp-exact prompt-lookup drafting from memory-mapped n-gram caches.")
 cache_cmds.register(app)
 demo.register(app)
+tokenize_cmd.register(app)
 
 
 def main() -> None:

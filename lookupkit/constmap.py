@@ -76,6 +76,12 @@ def parse(buf: memoryview | np.ndarray, offset: int = 0, length: int | None = No
     magic, seed, seg_len, seg_count, data_len, n_keys = _HEADER.unpack_from(raw[offset:offset + HEADER_SIZE].tobytes())
     if magic != MAGIC:
         raise FormatError(f"constmap has magic {magic!r}, expected {MAGIC!r} (a VerifiedConstMap with xxh64 keys)")
+    if length == HEADER_SIZE + 8 and seg_len == seg_count == data_len == n_keys == 0:
+        # fastconstmap's empty map (no arrays): a view whose three probes XOR to NOT_FOUND, so every key misses
+        never = np.full(3, NOT_FOUND, dtype=np.uint64)
+        return ConstMapView(0, 1, 1, 0, never, never, length)
+    if seg_count == 0:
+        raise FormatError("constmap segment_count is 0: its third probe would fall past the arrays (corrupted)")
     if seg_len == 0 or seg_len & (seg_len - 1) or seg_len > 1 << 18:
         raise FormatError(f"constmap segment_length {seg_len} is not a power of two <= 2^18")
     if data_len != (seg_count + 2) * seg_len:

@@ -2,7 +2,8 @@
 
 Both replay engines (the readable reference and the fast one) fill the same flat arrays, so the
 counters, the per-position and per-source tables and the `.steps` dump are computed once, here.
-Source codes: 1..4 = context n-gram of size n, 5..8 = dynamic of size code-4, 9 = static 2-gram.
+Source codes: 1..4 = context n-gram of size n, 5..8 = dynamic of size code-4, 9 = static 2-gram,
+10 = the longest-match source (ngram_source).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", 9: "s2"}
+SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", 9: "s2", 10: "ng"}
 STATIC = 9
+NGRAM = 10  # the longest-match source (lookupkit.ngram_source)
 STEPS_HEADER = ("# chunk pos n_drafted n_accepted | drafted tokens | "
                 "source per drafted token (c=context,d=dynamic,s=static; digit=n)")
 

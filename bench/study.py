@@ -1,0 +1,185 @@
+"""The study: static caches from corpus prefixes, built, opened and replayed by lookupkit and by
+upstream llama.cpp's own code on the same token ids, every cell run several times back to back.
+
+Raw runs go to `bench/results/<date>-<host>.json`; `report.py` and `plots.py` turn them into
+`bench/RESULTS.md` and `bench/plots/*.png`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import llamacpp
+from .measure import python_module, run, script
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class StudyConfig:
+    """What to measure. `sizes` are MB of corpus text (10^6 B), or thousands of tokens for a token corpus."""
+
+    corpus: Path
+    eval_tokens: Path
+    vocab: Path | None
+    sizes: list[int]
+    drafts: list[int] = field(default_factory=lambda: [8, 16])
+    n_ctx: int = 4096
+    runs: int = 3
+    open_runs: int = 7
+    share: list[int] = field(default_factory=lambda: [1, 2, 4])
+    llamacpp: bool = True
+    end_to_end: bool = True
+    workdir: Path = Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench"
+    name: str = "full"
+
+    @classmethod
+    def full(cls, **kw) -> "StudyConfig":
+        return cls(corpus=SHARED / "corpora" / "wiki541.txt.zst",
+                   eval_tokens=SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32",
+                   vocab=SHARED / "vocab" / "ggml-vocab-qwen2.gguf", sizes=[0, 25, 50, 100, 200, 541], **kw)
+
+    @classmethod
+    def quick(cls, **kw) -> "StudyConfig":
+        """Reference data only, token sizes in thousands; well under a minute."""
+        kw.setdefault("workdir", cls.workdir / "quick")
+        return cls(corpus=SHARED / "reference" / "zipf.corpus.i32", eval_tokens=SHARED / "reference" / "zipf.eval.i32",
+                   vocab=None, sizes=[0, 50, 100, 200], drafts=[8], n_ctx=1024, open_runs=5, share=[1, 2],
+                   end_to_end=False, name="quick", **kw)
+
+
+def machine() -> dict:
+    import numba
+
+    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cores": os.cpu_count(),
+            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+            "kernel": platform.release()}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+class Study:
+    def __init__(self, cfg: StudyConfig, log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.log = log
+        cfg.workdir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d")
+        RESULTS.mkdir(exist_ok=True)
+        self.out = RESULTS / f"{stamp}-{socket.gethostname()}{'' if cfg.name == 'full' else '-' + cfg.name}.json"
+        self.data = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+                     "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": []}
+        self.driver = None
+        if cfg.llamacpp:
+            self.driver, why = llamacpp.ensure_driver()
+            if self.driver is None:
+                self.log(f"llama.cpp side skipped: {why}")
+                self.data["llamacpp_skipped"] = why
+            else:
+                self.data["llamacpp_version"] = llamacpp.source_version()
+
+    # -- cells --------------------------------------------------------------------------------
+    def record(self, **cell) -> None:
+        self.data["cells"].append(cell)
+        self.out.write_text(json.dumps(self.data, indent=1))
+
+    def prefix_ids(self, size: int) -> Path:
+        """Token ids of the corpus prefix (tokenized once per size by lookupkit, as llama.cpp would)."""
+        cfg = self.cfg
+        ids = cfg.workdir / f"prefix-{size}.i32"
+        if cfg.corpus.suffix == ".i32":
+            np.fromfile(cfg.corpus, dtype="<i4")[: size * 1000].tofile(ids)
+            return ids
+        if not ids.exists():
+            r = run(script("lookupkit", "tokenize", "-f", str(cfg.corpus), "-m", str(cfg.vocab),
+                           "--max-bytes", f"{size}MB", "-o", str(ids), "--json"))
+            self.record(kind="tokenize", impl="lookupkit", size=size, runs=[_run(r)])
+        return ids
+
+    def build(self, size: int, ids: Path) -> Path:
+        cfg = self.cfg
+        lkc = cfg.workdir / f"static-{size}.lkc"
+        vocab = ["-m", str(cfg.vocab)] if cfg.vocab else []  # token corpora without a vocab: the bundled default
+        runs = [run(script("lookup-create", "--tokens", str(ids), *vocab, "-lcs", str(lkc), "--json", "--quiet"))
+                for _ in range(cfg.runs)]
+        self.record(kind="build", impl="lookupkit", size=size, file_size=lkc.stat().st_size,
+                    runs=[_run(r) for r in runs])
+        if self.driver:
+            lcs = cfg.workdir / f"static-{size}.lcs"
+            runs = [llamacpp.run_create(self.driver, ids, lcs) for _ in range(cfg.runs)]
+            self.record(kind="build", impl="llama.cpp", size=size, file_size=lcs.stat().st_size, runs=runs)
+        return lkc
+
+    def end_to_end(self, size: int) -> None:
+        cfg = self.cfg
+        out = cfg.workdir / f"e2e-{size}.lkc"
+        r = run(script("lookup-create", "-f", str(cfg.corpus), "-m", str(cfg.vocab), "--max-bytes", f"{size}MB",
+                       "--no-token-cache", "-lcs", str(out), "--json", "--quiet"))
+        self.record(kind="build_end_to_end", impl="lookupkit", size=size, file_size=out.stat().st_size, runs=[_run(r)])
+        out.unlink()
+
+    def open_cache(self, size: int, lkc: Path) -> None:
+        for cold in (False, True):
+            r = run(python_module("lookupkit.bench.probe", "open", str(lkc), "--runs", str(self.cfg.open_runs),
+                                  *(["--cold"] if cold else [])))
+            self.record(kind="open_cold" if cold else "open_warm", impl="lookupkit", size=size, runs=[_run(r)])
+
+    def replay(self, size: int, lkc: Path | None) -> None:
+        cfg = self.cfg
+        for d in cfg.drafts:
+            args = [str(cfg.eval_tokens), "--ctx", str(cfg.n_ctx), "--draft", str(d)] + (["--lcs", str(lkc)] if lkc else [])
+            runs = [run(python_module("lookupkit.bench.probe", "replay", *args)) for _ in range(cfg.runs)]
+            self.record(kind=f"replay_d{d}", impl="lookupkit", size=size, runs=[_run(r) for r in runs])
+            if self.driver:
+                lcs = cfg.workdir / f"static-{size}.lcs" if lkc else None
+                runs = [llamacpp.run_stats(self.driver, cfg.eval_tokens, cfg.n_ctx, d, lcs=lcs) for _ in range(cfg.runs)]
+                self.record(kind=f"replay_d{d}", impl="llama.cpp", size=size, runs=runs)
+
+    def share(self, size: int, lkc: Path) -> None:
+        from .sharing import measure_sharing
+
+        for n in self.cfg.share:
+            res = measure_sharing(n, self.cfg.eval_tokens, lkc, self.cfg.n_ctx, self.cfg.drafts[0])
+            self.record(kind="share", impl="lookupkit", size=size, n_procs=n, runs=[res])
+
+    def run_all(self) -> Path:
+        cfg = self.cfg
+        lkc = None
+        for size in cfg.sizes:
+            self.log(f"== {size} {'k tokens' if cfg.corpus.suffix == '.i32' else 'MB'}")
+            lkc = None
+            if size:
+                ids = self.prefix_ids(size)
+                lkc = self.build(size, ids)
+                self.open_cache(size, lkc)
+            self.replay(size, lkc)
+        if lkc is not None:
+            self.share(cfg.sizes[-1], lkc)
+            if cfg.end_to_end:
+                self.end_to_end(cfg.sizes[-1])
+        self.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.out.write_text(json.dumps(self.data, indent=1))
+        return self.out
+
+
+def _run(r) -> dict:
+    return {"seconds": r.seconds, "peak_rss": r.peak_rss, **r.output}

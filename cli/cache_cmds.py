@@ -1,0 +1,114 @@
+"""`lookupkit inspect | verify | convert`: look into, check and convert static cache files.
+
+Each command is a library call (StaticCache, formats) plus printing; errors become one line and exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import InputError
+from ..static import StaticCache
+from .common import guarded, print_json
+
+PATH = typer.Argument(..., help="cache file: .lkc, .lkc.zst, .ggngcmap or llama.cpp legacy (.lcs)")
+JSON = typer.Option(False, "--json", help="print JSON instead of text")
+
+
+def _describe(cache: StaticCache) -> dict:
+    meta = cache.meta
+    return {"file": str(cache.path), "bytes": cache.path.stat().st_size, "format": cache.format,
+            "format_version": meta.get("format_version"), "tool": meta.get("tool"), "vocab": meta.get("vocab"),
+            "corpus": meta.get("corpus"), "build": meta.get("build"), "sections": meta.get("sections"),
+            "keys_stored": cache.has_keys, "stats": cache.stats()}
+
+
+def _print_text(info: dict) -> None:
+    echo = typer.echo
+    st = info["stats"]
+    tool = info["tool"] or {}
+    version = f" v{info['format_version']}" if info["format_version"] else ""
+    echo(f"file        {info['file']} ({info['bytes']:,} bytes)")
+    written_by = f", written by {tool.get('name')} {tool.get('version')}" if tool else ""
+    echo(f"format      {info['format']}{version}{written_by}")
+    vocab = info["vocab"] or {}
+    echo("vocab       " + (f"{vocab.get('name')}, {vocab.get('n_vocab')} tokens, fingerprint {vocab.get('fingerprint')}"
+                           if vocab else "not recorded (this format stores no vocabulary)"))
+    for src in (info["corpus"] or {}).get("sources", []):
+        echo(f"corpus      {src.get('source')}: {src.get('bytes')} bytes, {src.get('tokens')} tokens, "
+             f"sha256 {str(src.get('sha256'))[:16]}")
+    if info["build"]:
+        echo("build       " + ", ".join(f"{k}={v}" for k, v in info["build"].items()))
+    echo(f"keys        {'stored' if info['keys_stored'] else 'not stored (recovered from the constmap when needed)'}")
+    for name, sec in (info["sections"] or {}).items():
+        echo(f"section     {name:15} offset {sec['offset']:>12,}  {sec['length']:>13,} B  {sec.get('dtype')} "
+             f"{sec.get('shape')}  sha256 {sec['sha256'][:16]}")
+    echo(f"2-grams     {st['n_keys']:,}" if st["n_keys"] is not None else "2-grams     not recorded")
+    echo(f"pairs       {st['n_pairs']:,} (token, count); {st['n_tokens']:,} positions counted; max count "
+         f"{st['max_count']:,}" + (f"; {100 * st['count_one_pairs']:.1f}% of pairs seen once" if "count_one_pairs" in st
+                                  else ""))
+    if "unavailable" in st:
+        echo(f"followers   per 2-gram: unavailable ({st['unavailable']})")
+        return
+    pct = ", ".join(f"{k} {v}" for k, v in st["followers_percentiles"].items())
+    echo(f"followers   per 2-gram: mean {st['mean_followers']:.2f}, {pct}, max {st['max_followers']:,}")
+    echo("            <= k followers   2-grams     pairs")
+    for row in st["followers_cdf"]:
+        echo(f"            {row['followers']:>13,}   {100 * row['keys']:6.2f}%   {100 * row['pairs']:6.2f}%")
+
+
+@guarded
+def inspect(path: Path = PATH, json: bool = JSON) -> None:
+    """Print a cache file's header and statistics (followers per 2-gram as a CDF)."""
+    with StaticCache.open(path) as cache:
+        info = _describe(cache)
+    print_json(info) if json else _print_text(info)
+
+
+@guarded
+def verify(path: Path = PATH, json: bool = JSON) -> None:
+    """Check every checksum and every bound of a cache file (reads all of it); exit 2 if anything is wrong."""
+    with StaticCache.open(path) as cache:
+        result = cache.verify()
+    if json:
+        print_json({"file": str(path), **result})
+        return
+    typer.echo(f"ok: {path} ({result['format']}): {result['n_keys']:,} 2-grams, {result['n_pairs']:,} pairs")
+    for check in result["checks"]:
+        typer.echo(f"  checked: {check}")
+
+
+@guarded
+def convert(src: Path = typer.Argument(..., help="input cache file (any format)"),
+            dst: Path = typer.Argument(..., help="output file (.lkc, .lkc.zst, .ggngcmap, .lcs)"),
+            format: Optional[str] = typer.Option(None, "--format", help="lkc | lkc.zst | ggngcmap | llama "
+                                                 "(default: from the output's extension)"),
+            no_keys: bool = typer.Option(False, "--no-keys", help="lkc: omit the key sections (smaller file; listing, "
+                                         "converting and verifying then recover keys from the constmap)"),
+            ) -> None:
+    """Convert a cache file to another format (through the canonical table, written atomically)."""
+    from .. import formats
+
+    fmt = formats.format_for_path(dst, format)
+    if no_keys and fmt not in ("lkc", "lkc.zst"):
+        raise InputError(f"--no-keys applies to lkc output only ({fmt} files never or always store keys)")
+    with StaticCache.open(src) as cache:
+        table = cache.to_table()
+        meta = {k: cache.meta.get(k) for k in ("vocab", "corpus", "build")}
+        src_format = cache.format
+    meta["build"] = {**(meta["build"] or {}), "converted_from": {"format": src_format, "file": src.name}}
+    formats.write_table(table, dst, fmt, meta=meta, keys=not no_keys)
+    typer.echo(f"wrote {dst} ({fmt}, {dst.stat().st_size:,} bytes): {table.n_keys:,} 2-grams, "
+               f"{table.n_pairs:,} pairs")
+    if fmt in ("ggngcmap", "llama") and (meta["vocab"] or meta["corpus"]):
+        typer.echo(f"note: {fmt} files cannot record the vocabulary or corpus provenance; they were dropped", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add inspect, verify and convert to the umbrella `lookupkit` app."""
+    app.command("inspect")(inspect)
+    app.command("verify")(verify)
+    app.command("convert")(convert)

@@ -1,0 +1,46 @@
+"""`lookupkit tokenize`: a corpus' ids exactly as lookup-create counts them, as raw int32.
+
+For replays (`lookup-stats --tokens`), for llama.cpp's own tools, and for the benchmark, which feeds
+the same ids to lookupkit and to llama.cpp.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..build import export_tokens
+from ..corpora import HFDataset, StdlibCorpus, TextFile, parse_size
+from .common import guarded, print_json, progress
+from .create import Cut, _tokenizer
+
+
+@guarded
+def tokenize(
+    out: Path = typer.Option(..., "-o", "--output", metavar="OUT", help="Output: raw little-endian int32 ids."),
+    files: List[Path] = typer.Option([], "-f", "--file", metavar="FILE", help="Text corpus (.txt or .zst); repeatable."),
+    datasets: List[str] = typer.Option([], "--dataset", metavar="SPEC", help="Hugging Face dataset or local path."),
+    default_corpus: bool = typer.Option(False, "--default-corpus", help="Python's standard-library sources."),
+    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="GGUF vocabulary or "
+                                         "tokenizer.json (default: the bundled gpt-2)."),
+    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", metavar="SIZE", help="Only the first N bytes of text."),
+    cut: Cut = typer.Option(Cut.line, "--cut", help="End --max-bytes at a line end (line) or exactly (byte)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Token cache directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Tokenize a corpus as llama.cpp's lookup-create does and write the ids (int32 LE)."""
+    sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets]
+               + ([StdlibCorpus()] if default_corpus else []))
+    summary = export_tokens(sources, _tokenizer(model), out, None if as_json else (lambda b: progress(True, b)),
+                            max_bytes=parse_size(max_bytes) if max_bytes else None, cut=cut.value, cache_dir=cache_dir)
+    if as_json:
+        print_json(summary)
+    else:
+        typer.echo(f"wrote {summary['output']}: {summary['tokens']:,} tokens ({summary['vocab']}) from "
+                   f"{summary['bytes']:,} bytes in {summary['seconds']:.1f} s")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tokenize")(tokenize)

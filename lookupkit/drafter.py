@@ -1,0 +1,128 @@
+"""`Drafter`: llama.cpp-exact prompt-lookup drafts for any inference loop, from Python.
+
+It keeps the three caches of llama.cpp's `llama-lookup`: a context cache of the current sequence
+(kept in sync incrementally), a dynamic cache (an -lcd file and/or what earlier sequences taught it)
+and an optional static cache, and drafts with the compiled rule of `draft_fast`.
+
+    drafter = Drafter(static="wiki.lkc")
+    draft = drafter.draft(tokens, n_draft=8)   # tokens: the whole sequence so far
+    ... verify the draft with the model, append the accepted tokens + the sampled one to `tokens` ...
+    drafter.reset(tokens)                      # end of the sequence: learn it into the dynamic cache
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .draft_fast import Thresholds, draft_tokens, grow_memo, new_memo, static_arrays
+from .errors import InputError
+from .flatcache import FlatCache
+from .ngram_cache import load_table
+from .replay import MAX_DRAFT
+from .static import StaticCache
+from .table import NgramTable
+from .trace import SOURCE_NAMES
+
+
+def _token_array(tokens, what: str) -> np.ndarray:
+    """Token ids as a 1-D int32 array; refuse anything else with a clear message."""
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise InputError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, np.int32)
+    if arr.dtype.kind not in "iu":
+        raise InputError(f"{what} must be integer token ids, got {arr.dtype}")
+    if int(arr.min()) < 0 or int(arr.max()) > np.iinfo(np.int32).max:
+        raise InputError(f"{what} holds ids outside 0..2^31-1 (min {int(arr.min())}, max {int(arr.max())})")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+class Drafter:
+    """Drafts from a context cache of the current sequence, a dynamic and an optional static cache.
+
+    static: a StaticCache, a path to any static cache file, or None. dynamic: an NgramTable, a path to
+    a llama.cpp legacy cache (-lcd), or None. expect_vocab: the vocab fingerprint of the tokens you
+    will pass; a static cache built for another vocabulary is refused (VocabMismatchError).
+    """
+
+    def __init__(self, static=None, dynamic=None, *, expect_vocab: str | None = None,
+                 thresholds: Thresholds | None = None):
+        if isinstance(static, (str, os.PathLike)):
+            static = StaticCache.open(static, expect_vocab=expect_vocab)
+        elif static is not None and hasattr(static, "check_vocab"):
+            static.check_vocab(expect_vocab)
+        if isinstance(dynamic, (str, os.PathLike)):
+            dynamic = load_table(dynamic)
+        if dynamic is not None and not isinstance(dynamic, NgramTable):
+            raise InputError(f"dynamic must be an NgramTable or a path to a legacy cache, got {type(dynamic).__name__}")
+        self.thresholds = thresholds or Thresholds()
+        self.static = static
+        self._st = static_arrays(static, self.thresholds.static)
+        self._memo = new_memo(1 << 12)
+        self._dyn = FlatCache.from_table(dynamic, thresholds=self.thresholds.dynamic)
+        self._ctx = FlatCache(1024, 1024, self.thresholds.context)
+        self._seq = np.zeros(1024, np.int32)
+        self._n = 0
+        self.last_sources: list[str] = []
+
+    @property
+    def sequence(self) -> np.ndarray:
+        """The sequence the context cache holds (a copy)."""
+        return self._seq[:self._n].copy()
+
+    def accept(self, tokens) -> None:
+        """Append tokens (accepted drafts, sampled tokens, a prompt) to the sequence and its context cache."""
+        new = _token_array(tokens, "tokens")
+        if not len(new):
+            return
+        n = self._n + len(new)
+        if n > len(self._seq):
+            grown = np.zeros(max(n, 2 * len(self._seq)), np.int32)
+            grown[:self._n] = self._seq[:self._n]
+            self._seq = grown
+        self._seq[self._n:n] = new
+        self._n = n
+        self._ctx.update(self._seq[:n], nnew=len(new))
+
+    def draft(self, tokens=None, n_draft: int = 16) -> list[int]:
+        """Up to n_draft tokens likely to follow `tokens` (the whole sequence so far; None = as accepted).
+
+        If `tokens` extends the sequence seen so far, only the new tokens are counted; if it does not,
+        the context cache starts over from `tokens` (the old sequence is dropped, not learnt).
+        """
+        if isinstance(n_draft, bool) or not isinstance(n_draft, (int, np.integer)) or not 1 <= n_draft <= MAX_DRAFT:
+            raise InputError(f"n_draft must be an integer between 1 and {MAX_DRAFT}, got {n_draft!r}")
+        if tokens is not None:
+            self._sync(_token_array(tokens, "tokens"))
+        out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
+        self._memo = grow_memo(self._memo)
+        self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
+        return out.tolist()
+
+    def reset(self, tokens=None, learn: bool = True) -> None:
+        """End the sequence: merge its context cache into the dynamic one (unless learn=False), then clear it.
+
+        `tokens`, if given, is the final sequence: what it adds to the sequence seen so far is counted first.
+        """
+        if tokens is not None:
+            self._sync(_token_array(tokens, "tokens"))
+        if learn:
+            self._dyn.merge(self._ctx)
+        self._ctx.clear()
+        self._n = 0
+
+    def dynamic_table(self) -> NgramTable:
+        """The dynamic cache's counts (to save as an -lcd file), saturated at 2^31-1."""
+        return self._dyn.to_table()
+
+    def _sync(self, tokens: np.ndarray) -> None:
+        n = self._n
+        if len(tokens) >= n and np.array_equal(tokens[:n], self._seq[:n]):
+            self.accept(tokens[n:])
+        else:
+            self._ctx.clear()
+            self._n = 0
+            self.accept(tokens)

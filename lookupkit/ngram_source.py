@@ -1,0 +1,176 @@
+"""The longest-match draft source (`--source ngram`): copy what followed the longest earlier match.
+
+Rules (all pinned by tests/test_ngram_source.py). With `tokens` = prompt + generated + the token just
+confirmed, the match length at an earlier end position j (j <= len-2) is the number of tokens that
+tokens[:j+1] and tokens share at their ends, capped at max_match. The suffix is never matched
+against itself (j = len-1 is excluded), but a match may overlap it. The longest match wins; among
+equal lengths the most recent (largest j). The draft is what followed it, tokens[j+1 : j+1+n_draft],
+clipped at the end of `tokens`. If the best match is shorter than min_match, nothing is drafted.
+
+`ngram_draft` is the readable definition; `replay_ngram` runs the lookup-stats loop with this source,
+compiled, finding the same match in O(max_match) per call from a table of the last end position of
+every m-gram (min_match <= m <= max_match) seen in the chunk, probed from the longest m down (tested
+draft for draft against `ngram_draft`).
+Each chunk of the replay is its own sequence, as in lookup-stats: matches never cross chunks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InputError
+from .flatcache import kernel, mix
+from .replay import check_args
+from .trace import NGRAM, ReplayTrace
+
+MAX_DRAFT = 8
+MAX_MATCH = 64
+MAX_ENTRIES = 1 << 27  # the compiled replay's index: 2 GiB
+_MULT = np.uint64(0x9E3779B97F4A7C15)
+_TAG_SHIFT = 40  # table value: tag << 40 | m << 32 | end position
+_LOW32 = np.int64(0xFFFFFFFF)
+_TAG_MASK = np.uint64(0x7FFFFF)  # 23 bits: the value stays non-negative (-1 = empty)
+
+
+def check_params(n_draft: int, min_match: int, max_match: int) -> None:
+    """Refuse parameters the source cannot use, naming the flag."""
+    if not 1 <= n_draft <= MAX_DRAFT:
+        raise InputError(f"--draft must be between 1 and {MAX_DRAFT} for --source ngram, got {n_draft}")
+    if not 1 <= max_match <= MAX_MATCH:
+        raise InputError(f"--ngram-max-match must be between 1 and {MAX_MATCH}, got {max_match}")
+    if not 1 <= min_match <= max_match:
+        raise InputError(f"--ngram-min-match must be between 1 and --ngram-max-match ({max_match}), got {min_match}")
+
+
+def ngram_draft(tokens: Sequence[int], n_draft: int = 3, min_match: int = 3, max_match: int = 8) -> list[int]:
+    """The tokens that followed the longest (then most recent) earlier match of the sequence's end."""
+    check_params(n_draft, min_match, max_match)
+    toks = [int(t) for t in tokens]
+    last = len(toks) - 1
+    best_len, best_end = 0, -1
+    for j in range(last - 1, -1, -1):  # most recent first: a later equal-length match never replaces it
+        m = 0
+        while m < max_match and m <= j and toks[j - m] == toks[last - m]:
+            m += 1
+        if m > best_len:
+            best_len, best_end = m, j
+            if m == max_match:
+                break
+    if best_len < min_match:
+        return []
+    return toks[best_end + 1:best_end + 1 + n_draft]
+
+
+@kernel
+def _same(seq, a, b, m):
+    """seq[a-m+1 .. a] == seq[b-m+1 .. b]."""
+    for i in range(m):
+        if seq[a - i] != seq[b - i]:
+            return False
+    return True
+
+
+@kernel
+def _slot(table, seq, h, m, end):
+    """Slot of the m-gram ending at `end` (hash h) in the table, or of the empty slot where it belongs."""
+    mask = np.uint64(len(table) - 1)
+    tag = np.int64(h & _TAG_MASK)
+    i = (h >> np.uint64(32)) & mask
+    while True:
+        v = table[i]
+        if v < 0:
+            return i
+        if v >> _TAG_SHIFT == tag and (v >> 32) & 0xFF == m and _same(seq, v & _LOW32, end, m):
+            return i
+        i = (i + np.uint64(1)) & mask
+
+
+@kernel
+def _gram_hashes(seq, end, max_match, out):
+    """out[m] = hash of the m-gram ending at `end`, for m = 1..min(max_match, end + 1); returns that bound."""
+    h = np.uint64(0)
+    top = min(max_match, end + 1)
+    for m in range(1, top + 1):
+        h = mix((h ^ np.uint64(np.uint32(seq[end - m + 1]))) * _MULT + np.uint64(m))
+        out[m] = h
+    return top
+
+
+@kernel
+def _index_end(table, seq, end, min_match, max_match, hashes):
+    """Record `end` as the latest end position of its m-grams, m = min_match..max_match."""
+    for m in range(min_match, _gram_hashes(seq, end, max_match, hashes) + 1):
+        h = hashes[m]
+        table[_slot(table, seq, h, m, end)] = (np.int64(h & _TAG_MASK) << _TAG_SHIFT) | (m << 32) | end
+
+
+@kernel
+def _best_match(table, seq, last, min_match, max_match, hashes):
+    """End position of the longest, then most recent, earlier match of seq[..last]; -1 if under min_match."""
+    top = min(_gram_hashes(seq, last, max_match, hashes), last)  # a match ends at j <= last-1
+    for m in range(top, min_match - 1, -1):
+        v = table[_slot(table, seq, hashes[m], m, last)]
+        if v >= 0:
+            return v & _LOW32
+    return np.int64(-1)
+
+
+@kernel
+def _run_chunk(truth, chunk, n_draft, min_match, max_match, table, hashes, calls, n_calls, drafted, n_toks):
+    """The lookup-stats loop over one chunk with the ngram source; returns (calls, drafted) recorded."""
+    n_ctx = truth.shape[0]
+    table[:] = -1
+    out = 1
+    indexed = 0  # end positions < indexed are in the table
+    while out < n_ctx:
+        while indexed < out - 1:  # the match must end before the last token
+            _index_end(table, truth, indexed, min_match, max_match, hashes)
+            indexed += 1
+        j = _best_match(table, truth, out - 1, min_match, max_match, hashes)
+        k = 0
+        if j >= 0:
+            k = min(n_draft, out - 1 - j)
+            for i in range(k):
+                drafted[n_toks + i] = truth[j + 1 + i]
+        pos = out
+        while out - pos < k and out < n_ctx and truth[out] == drafted[n_toks + out - pos]:
+            out += 1
+        accepted = out - pos
+        if out < n_ctx:
+            out += 1
+        calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
+        n_calls += 1
+        n_toks += k
+    return n_calls, n_toks
+
+
+def replay_ngram(tokens, n_ctx: int, n_draft: int = 3, min_match: int = 3, max_match: int = 8) -> ReplayTrace:
+    """lookup-stats over `tokens` with the longest-match source (compiled); t_draft_s times the chunk loop."""
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    n_ctx, n_draft = int(n_ctx), int(n_draft)
+    check_args(len(tokens), n_ctx, n_draft)
+    check_params(n_draft, min_match, max_match)
+    n_chunks = (len(tokens) - 1) // n_ctx
+    entries = n_ctx * (max_match - min_match + 1)  # at most one per end position and match length
+    if entries > MAX_ENTRIES:
+        raise InputError(f"--ctx-size {n_ctx} with match lengths {min_match}..{max_match} needs an index of "
+                         f"{entries} entries for --source ngram; at most {MAX_ENTRIES} are allowed")
+    table = np.full(1 << max(4, (2 * entries - 1).bit_length()), -1, np.int64)
+    hashes = np.empty(max_match + 1, np.uint64)
+    calls = np.full((n_chunks * (n_ctx - 1), 4), 0, np.int32)  # np.full: no first-touch faults while timed
+    drafted = np.full(len(calls) * n_draft, 0, np.int32)
+    _run_chunk(tokens[:1], 0, n_draft, min_match, max_match, table, hashes, calls, 0, drafted, 0)  # compile or load
+    n_calls = n_toks = 0
+    t0 = time.perf_counter()
+    for chunk in range(n_chunks):
+        n_calls, n_toks = _run_chunk(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, min_match, max_match,
+                                     table, hashes, calls, n_calls, drafted, n_toks)
+    t_draft = time.perf_counter() - t0
+    return ReplayTrace(n_ctx=n_ctx, n_draft=n_draft, n_input=len(tokens), chunk=calls[:n_calls, 0].copy(),
+                       pos=calls[:n_calls, 1].copy(), n_drafted=calls[:n_calls, 2].copy(),
+                       n_accepted=calls[:n_calls, 3].copy(), tokens=drafted[:n_toks].copy(),
+                       sources=np.full(n_toks, NGRAM, np.int8), t_draft_s=t_draft,
+                       extra={"source": "ngram", "ngram_min_match": min_match, "ngram_max_match": max_match})

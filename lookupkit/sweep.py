@@ -1,0 +1,98 @@
+"""Will drafting pay? The expected speed-up of a replay for a given verify cost, and parameter sweeps.
+
+The model (`--verify-cost C`): plain decoding costs 1 unit per token. One speculative step verifies
+the k drafted tokens together with the next position in one batch, which costs 1 + C*k units (C =
+the relative extra cost of each drafted position; 0 = free, 1 = as dear as decoding it alone), and
+yields accepted + 1 tokens (the accepted prefix, then the model's own token). Over the replay's draft
+calls: speed-up = sum(accepted + 1) / sum(1 + C*k) = (n_accept + calls) / (calls + C * n_drafted).
+It breaks even at C = n_accept / n_drafted (the acceptance rate): drafting pays only for C below it.
+A model of the verify step alone: sampling, drafting time and batching effects are left out.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .errors import InputError
+from .trace import ReplayTrace
+
+SOURCES = ("lookup", "ngram")
+AXES = {"lookup": ("n_draft", "thresholds"), "ngram": ("n_draft", "min_match", "max_match")}
+DEFAULTS = {"n_draft": 16, "min_match": 3, "max_match": 8, "thresholds": None}
+COLUMNS = ("n_draft", "min_match", "max_match", "thresholds", "n_drafted", "n_accept", "accept", "coverage",
+           "tokens_per_verify", "us_per_drafted_token", "speedup", "break_even_cost")
+
+
+def expected_speedup(trace: ReplayTrace, verify_cost: float) -> dict:
+    """The model above for one replay: speed-up at this cost, and the cost where it breaks even."""
+    if not 0 <= verify_cost < float("inf"):
+        raise InputError(f"--verify-cost must be a finite number >= 0, got {verify_cost}")
+    calls = len(trace.n_drafted)
+    drafted, accepted = int(trace.n_drafted.sum()), int(trace.n_accepted.sum())
+    cost = calls + verify_cost * drafted
+    return {"verify_cost": verify_cost, "speedup": (accepted + calls) / cost if cost else None,
+            "break_even_cost": accepted / drafted if drafted else None}
+
+
+def make_grid(**axes) -> list[dict]:
+    """Every combination of the given axes, e.g. make_grid(n_draft=range(1, 9), min_match=[2, 3])."""
+    names = list(axes)
+    values = [list(v) if isinstance(v, (list, tuple, range)) else [v] for v in axes.values()]
+    return [dict(zip(names, combo)) for combo in itertools.product(*values)]
+
+
+def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, n_ctx: int = 4096,
+          source: str = "lookup", verify_cost: float | None = None) -> list[dict]:
+    """Replay `tokens` with the fast engine once per grid point; one row of results per point.
+
+    Grid axes: n_draft, and thresholds (a draft_fast.Thresholds, or (label, Thresholds)) for the
+    lookup source; n_draft, min_match, max_match for the ngram source.
+    """
+    from .ngram_source import replay_ngram
+    from .replay_fast import replay_fast
+
+    if source not in SOURCES:
+        raise InputError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
+    grid = grid or make_grid(n_draft=range(1, 9))
+    rows = []
+    for point in grid:
+        unknown = set(point) - set(AXES[source])
+        if unknown:
+            raise InputError(f"cannot sweep {', '.join(sorted(unknown))} with --source {source}")
+        p = {**DEFAULTS, **point}
+        label, thresholds = p["thresholds"] if isinstance(p["thresholds"], tuple) else ("llama.cpp", p["thresholds"])
+        if source == "lookup":
+            trace, _ = replay_fast(tokens, n_ctx, p["n_draft"], static, dynamic, thresholds)
+            row = {"n_draft": p["n_draft"], "thresholds": label}
+        else:
+            trace = replay_ngram(tokens, n_ctx, p["n_draft"], p["min_match"], p["max_match"])
+            row = {"n_draft": p["n_draft"], "min_match": p["min_match"], "max_match": p["max_match"]}
+        s = trace.summary()
+        row.update({k: s[k] for k in ("n_drafted", "n_accept", "accept", "coverage", "tokens_per_verify",
+                                      "us_per_drafted_token")})
+        if verify_cost is not None:
+            row.update(expected_speedup(trace, verify_cost))
+        rows.append(row)
+    return rows
+
+
+def sweep_table(rows: list[dict]) -> str:
+    """The rows as one aligned text table (columns that no row has are left out)."""
+    cols = [c for c in COLUMNS if any(c in r for r in rows)]
+    cells = [[_fmt(c, r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def _fmt(col: str, value) -> str:
+    if value is None:
+        return "-"
+    if col == "accept":
+        return f"{value:.3f}%"
+    if col == "coverage":
+        return f"{100 * value:.1f}%"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
