@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+from matplotlib.ticker import FuncFormatter
+
 from .report import MB, Results
 
 COLORS = {"lookupkit": "tab:blue", "llama.cpp": "tab:red"}
@@ -34,6 +36,7 @@ def _metric_plot(res: Results, ax, getter, ylabel: str, title: str, log: bool) -
     ax.set_title(title)
     if log:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
 
@@ -46,7 +49,6 @@ def make_plots(results_json: Path, out_dir: Path) -> list[Path]:
 
     data = json.loads(results_json.read_text())
     res = Results(data)
-    res.unit = "k tokens" if str(data["config"]["corpus"]).endswith(".i32") else "MB"
     d = 8 if 8 in res.drafts() else (res.drafts() or [8])[0]
     kind = f"replay_d{d}"
     out_dir.mkdir(parents=True, exist_ok=True)

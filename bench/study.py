@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import llamacpp
+from ..errors import LookupkitError
 from .measure import python_module, run, script
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -43,6 +44,7 @@ class StudyConfig:
     end_to_end: bool = True
     workdir: Path = Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench"
     name: str = "full"
+    results_dir: Path = RESULTS
 
     @classmethod
     def full(cls, **kw) -> "StudyConfig":
@@ -55,7 +57,7 @@ class StudyConfig:
         """Reference data only, token sizes in thousands; well under a minute."""
         kw.setdefault("workdir", cls.workdir / "quick")
         return cls(corpus=SHARED / "reference" / "zipf.corpus.i32", eval_tokens=SHARED / "reference" / "zipf.eval.i32",
-                   vocab=None, sizes=[0, 50, 100, 200], drafts=[8], n_ctx=1024, open_runs=5, share=[1, 2],
+                   vocab=None, sizes=[0, 100, 200], drafts=[8], n_ctx=1024, runs=2, open_runs=5, share=[1, 2],
                    end_to_end=False, name="quick", **kw)
 
 
@@ -84,18 +86,22 @@ class Study:
         self.log = log
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y-%m-%d")
-        RESULTS.mkdir(exist_ok=True)
-        self.out = RESULTS / f"{stamp}-{socket.gethostname()}{'' if cfg.name == 'full' else '-' + cfg.name}.json"
+        cfg.results_dir.mkdir(parents=True, exist_ok=True)
+        self.out = cfg.results_dir / f"{stamp}-{socket.gethostname()}{'' if cfg.name == 'full' else '-' + cfg.name}.json"
         self.data = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
                      "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": []}
         self.driver = None
         if cfg.llamacpp:
-            self.driver, why = llamacpp.ensure_driver()
+            try:
+                self.driver = llamacpp.build_driver()
+                why = llamacpp.NO_COMPILER
+            except LookupkitError as exc:
+                why = f"llama.cpp side skipped: {exc}"
             if self.driver is None:
-                self.log(f"llama.cpp side skipped: {why}")
+                self.log(why)
                 self.data["llamacpp_skipped"] = why
             else:
-                self.data["llamacpp_version"] = llamacpp.source_version()
+                self.data["llamacpp_version"] = f"llama-cpp-python {llamacpp.PINNED_VERSION} vendor/llama.cpp"
 
     # -- cells --------------------------------------------------------------------------------
     def record(self, **cell) -> None:
@@ -111,7 +117,7 @@ class Study:
             return ids
         if not ids.exists():
             r = run(script("lookupkit", "tokenize", "-f", str(cfg.corpus), "-m", str(cfg.vocab),
-                           "--max-bytes", f"{size}MB", "-o", str(ids), "--json"))
+                           "--max-bytes", f"{size}MB", "--cut", "byte", "-o", str(ids), "--json"))
             self.record(kind="tokenize", impl="lookupkit", size=size, runs=[_run(r)])
         return ids
 
@@ -122,10 +128,14 @@ class Study:
         runs = [run(script("lookup-create", "--tokens", str(ids), *vocab, "-lcs", str(lkc), "--json", "--quiet"))
                 for _ in range(cfg.runs)]
         self.record(kind="build", impl="lookupkit", size=size, file_size=lkc.stat().st_size,
-                    runs=[_run(r) for r in runs])
+                    runs=[_build_run(r) for r in runs])
+        r = run(script("lookupkit", "inspect", str(lkc), "--json"))
+        cdf = r.output.get("stats", {}).get("followers_cdf") or r.output.get("followers_cdf") or []
+        self.record(kind="followers", impl="lookupkit", size=size, runs=[],
+                    followers=[c["followers"] for c in cdf], cdf=[c["keys"] for c in cdf])
         if self.driver:
             lcs = cfg.workdir / f"static-{size}.lcs"
-            runs = [llamacpp.run_create(self.driver, ids, lcs) for _ in range(cfg.runs)]
+            runs = [_llama(llamacpp.run_create(self.driver, ids, lcs)) for _ in range(cfg.runs)]
             self.record(kind="build", impl="llama.cpp", size=size, file_size=lcs.stat().st_size, runs=runs)
         return lkc
 
@@ -133,8 +143,9 @@ class Study:
         cfg = self.cfg
         out = cfg.workdir / f"e2e-{size}.lkc"
         r = run(script("lookup-create", "-f", str(cfg.corpus), "-m", str(cfg.vocab), "--max-bytes", f"{size}MB",
-                       "--no-token-cache", "-lcs", str(out), "--json", "--quiet"))
-        self.record(kind="build_end_to_end", impl="lookupkit", size=size, file_size=out.stat().st_size, runs=[_run(r)])
+                       "--cut", "byte", "--no-token-cache", "-lcs", str(out), "--json", "--quiet"))
+        self.record(kind="build_end_to_end", impl="lookupkit", size=size, file_size=out.stat().st_size,
+                    runs=[_build_run(r)])
         out.unlink()
 
     def open_cache(self, size: int, lkc: Path) -> None:
@@ -151,7 +162,8 @@ class Study:
             self.record(kind=f"replay_d{d}", impl="lookupkit", size=size, runs=[_run(r) for r in runs])
             if self.driver:
                 lcs = cfg.workdir / f"static-{size}.lcs" if lkc else None
-                runs = [llamacpp.run_stats(self.driver, cfg.eval_tokens, cfg.n_ctx, d, lcs=lcs) for _ in range(cfg.runs)]
+                runs = [_llama(llamacpp.run_stats(self.driver, cfg.eval_tokens, cfg.n_ctx, d, lcs=lcs))
+                        for _ in range(cfg.runs)]
                 self.record(kind=f"replay_d{d}", impl="llama.cpp", size=size, runs=runs)
 
     def share(self, size: int, lkc: Path) -> None:
@@ -182,4 +194,20 @@ class Study:
 
 
 def _run(r) -> dict:
-    return {"seconds": r.seconds, "peak_rss": r.peak_rss, **r.output}
+    return {"wall_s": r.seconds, "peak_rss": r.peak_rss, **r.output}
+
+
+def _build_run(r) -> dict:
+    """A lookup-create run: count + write seconds (what llama.cpp's create times) and its own peak RSS."""
+    sec = r.output["seconds"]
+    return {"wall_s": r.seconds, "build_s": sec["count"] + sec["write"], "tokenize_s": sec["tokenize"],
+            "total_s": sec["total"], "peak_rss": r.output["peak_rss_bytes"], "n_tokens": r.output["n_tokens"],
+            "n_keys": r.output["n_2grams"], "n_pairs": r.output["n_pairs"]}
+
+
+def _llama(result: dict) -> dict:
+    """The driver's JSON with lookupkit's names: bytes for memory, build_s for create."""
+    out = {**result, "peak_rss": result["peak_rss_kb"] * 1024}
+    if "seconds" in out:
+        out["build_s"] = out.pop("seconds")
+    return out

@@ -42,6 +42,32 @@ def guarded(fn: Callable) -> Callable:
     return wrapper
 
 
+def run(app: typer.Typer) -> None:
+    """Run a command as its console script: usage errors (a missing argument, `-c abc`, an unknown
+    option) become one `error: ...` line and exit 2, like every other refusal."""
+    try:
+        from typer._click import exceptions as cx  # typer >= 0.20 vendors click
+    except ImportError:  # pragma: no cover - older typer runs on click itself
+        from click import exceptions as cx
+
+    try:
+        code = app(standalone_mode=False)
+    except getattr(cx, "NoArgsIsHelpError", ()) as exc:
+        exc.show()
+        code = exc.exit_code
+    except cx.UsageError as exc:
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        typer.echo(f"error: {exc.format_message()}{hint}", err=True)
+        code = exc.exit_code
+    except cx.Abort:
+        typer.echo("error: interrupted", err=True)
+        code = 130
+    except cx.ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        code = exc.exit_code
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, sort_keys=False, default=_jsonable))
 

@@ -15,7 +15,7 @@ import typer
 from ..build import build_static
 from ..corpora import HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
 from ..errors import InputError
-from .common import guarded, print_json, progress
+from .common import guarded, print_json, progress, run
 
 EXAMPLES = """Examples:
 
@@ -114,4 +114,4 @@ def summary_lines(s: dict) -> list[str]:
 
 
 def main() -> None:
-    app()
+    run(app)

@@ -11,18 +11,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 
 from .common import guarded, print_json, progress
 
 
-def _cache_dir(given: Path | None) -> Path:
-    import os
-
-    root = given or Path(os.environ.get("LOOKUPKIT_CACHE_DIR") or Path.home() / ".cache" / "lookupkit")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+PROMPTS = ("from collections import", "for i in range(len", "if __name__ ==")
 
 
 def _own_sources() -> str:
@@ -44,15 +38,18 @@ def demo(
 ) -> None:
     """Build, open and draft from a static cache of Python's stdlib; replay lookupkit's own code."""
     from ..build import build_static
+    from ..cachedir import default_root, ensure_dir
     from ..corpora import StdlibCorpus
     from ..drafter import Drafter
-    from ..replay import replay
+    from ..replay import check_args, replay
     from ..static import StaticCache
     from ..tokenizer import Tokenizer
 
     say = (lambda *a: None) if as_json else typer.echo
-    root = _cache_dir(cache_dir)
     tok = Tokenizer.default()
+    ids = tok.encode(_own_sources())
+    check_args(len(ids), n_ctx, n_draft)  # before the (slow) first build
+    root = ensure_dir(cache_dir or default_root(), "the demo's cache directory")
     path = root / f"demo-stdlib-{tok.name}.lkc"
     built = None
     if rebuild or not path.exists():
@@ -65,7 +62,6 @@ def demo(
     say(f"opened {path.name}: {cache.n_keys:,} 2-grams, {cache.n_pairs:,} pairs, {path.stat().st_size / 1e6:.1f} MB "
         f"in {t_open * 1e3:.3f} ms")
 
-    ids = tok.encode(_own_sources())
     rows = {}
     for label, static in (("no static cache", None), ("stdlib static cache", cache)):
         trace, _ = replay(ids, n_ctx=n_ctx, n_draft=n_draft, static=static, engine="fast")
@@ -76,13 +72,18 @@ def demo(
         say(f"  {label:22} {s['n_drafted']:>9,} {s['n_accept']:>9,} {s['accept'] or 0:>9.3f} "
             f"{s['tokens_per_verify']:>10.3f} {s['us_per_drafted_token'] or 0:>9.3f}")
 
-    prompt = "    def __init__(self, "
-    prompt_ids = tok.encode(prompt, add_special=False)
-    draft = Drafter(static=cache).draft(prompt_ids, 8)
-    say(f"\ndraft after {prompt!r}: {tok.decode(draft)!r}  (ids {draft})")
+    drafter = Drafter(static=cache)
+    examples = []
+    for prompt in PROMPTS:
+        drafter.reset(learn=False)
+        draft = drafter.draft(tok.encode(prompt, add_special=False).tolist(), n_draft)
+        examples.append({"prompt": prompt, "draft": draft, "text": tok.decode(draft)})
+    say("\ndrafts from the static cache alone (Drafter API):")
+    for e in examples:
+        say(f"  {e['prompt']!r:32} -> {e['text']!r}")
     if as_json:
         print_json({"cache": str(path), "built": built, "open_ms": t_open * 1e3, "n_keys": cache.n_keys,
-                    "n_pairs": cache.n_pairs, "replay": rows, "example": {"prompt": prompt, "draft": draft}})
+                    "n_pairs": cache.n_pairs, "replay": rows, "examples": examples})
     cache.close()
 
 

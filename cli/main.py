@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from . import cache_cmds, demo, tokenize_cmd
+from . import bench_cmd, cache_cmds, demo, tokenize_cmd
+from .common import run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="lookupkit: llama.cpp-exact prompt-lookup drafting from memory-mapped n-gram caches.")
 cache_cmds.register(app)
 demo.register(app)
 tokenize_cmd.register(app)
+bench_cmd.register(app)
 
 
 def main() -> None:
-    app()
+    run(app)

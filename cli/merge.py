@@ -18,7 +18,7 @@ from ..errors import InputError, VocabMismatchError
 from ..ngram_cache import load_table, merge_tables, save_table
 from ..static import StaticCache
 from ..table import NgramTable, StaticTable
-from .common import guarded
+from .common import guarded, run
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
@@ -78,7 +78,7 @@ def _format_of(out: Path) -> str:
 
 
 def main() -> None:
-    app()
+    run(app)
 
 
 if __name__ == "__main__":

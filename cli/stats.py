@@ -16,21 +16,19 @@ from typing import Optional
 
 import typer
 
+from .. import ngram_source
 from ..atomic import atomic_writer
-from ..draft_fast import Thresholds
-from ..errors import InputError, VocabMismatchError
-from ..flatcache import LAX, STRICT
+from ..errors import InputError
 from ..formats import llama
 from ..memory import peak_rss_bytes
 from ..ngram_cache import load_table, save_table
 from ..ngram_source import check_params, replay_ngram
-from ..replay import check_args, load_tokens, replay, tokenize_file
-from ..sweep import expected_speedup, make_grid, sweep as run_sweep, sweep_table
+from ..replay import DEFAULT_DRAFT, check_args, load_tokens, replay, tokenize_file
+from ..sweep import default_grid, expected_speedup, sweep as run_sweep, sweep_table
 from ..trace import ReplayTrace
-from .common import guarded, print_json
+from .common import guarded, print_json, run
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-NGRAM_DRAFT, NGRAM_MIN_MATCH, NGRAM_MAX_MATCH = 3, 3, 8  # --source ngram defaults
 
 
 class Source(str, Enum):
@@ -41,12 +39,6 @@ class Source(str, Enum):
 class Engine(str, Enum):
     fast = "fast"
     reference = "reference"
-
-
-THRESHOLD_VARIANTS = [("llama.cpp", None), ("ctx-strict", Thresholds(context=STRICT)),
-                      ("dyn-lax", Thresholds(dynamic=LAX))]
-"""--sweep's thresholds axis: llama.cpp's, the context cache held to the dynamic's strict thresholds, and
-the dynamic cache given the context's lax ones."""
 
 
 @app.command(help="Replay a text (or token ids) as lookup-stats does and report how well drafting works.")
@@ -85,16 +77,16 @@ def stats(
                        ngram_min_match=min_match, ngram_max_match=max_match)
     ids, fingerprint = _input_tokens(file, model, tokens)
     if n_draft is None and not sweep:  # a sweep without --draft sweeps it
-        n_draft = NGRAM_DRAFT if ngram else 16
-    max_match = NGRAM_MAX_MATCH if max_match is None else max_match
-    one_min_match = min(NGRAM_MIN_MATCH, max_match) if min_match is None else min_match
+        n_draft = ngram_source.DEFAULT_DRAFT if ngram else DEFAULT_DRAFT
+    max_match = ngram_source.DEFAULT_MAX_MATCH if max_match is None else max_match
+    one_min_match = min(ngram_source.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
     check_args(len(ids), ctx_size, 1 if n_draft is None else n_draft)  # before any cache is loaded
     if ngram:
         check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
     static, dynamic, t_static, t_load = _load_caches(lcs, lcd, fingerprint, ids)
     if sweep:
-        rows = run_sweep(ids, static, dynamic, _grid(ngram, n_draft, min_match, max_match), n_ctx=ctx_size,
-                         source=source.value, verify_cost=verify_cost)
+        rows = run_sweep(ids, static, dynamic, default_grid(source.value, n_draft, min_match, max_match),
+                         n_ctx=ctx_size, source=source.value, verify_cost=verify_cost)
         _print_sweep(rows, as_json, source=source.value, n_ctx=ctx_size, n_input=len(ids), verify_cost=verify_cost,
                      t_load_ms=t_load * 1e3)
         return
@@ -152,14 +144,6 @@ def _check_combination(ngram: bool, engine: Engine, sweep: bool, **given) -> Non
         raise InputError("--engine reference replays --source lookup only, one replay at a time (no --sweep)")
 
 
-def _grid(ngram: bool, n_draft: int | None, min_match: int | None, max_match: int) -> list[dict]:
-    """--sweep's grid: a given --draft / --ngram-min-match stays fixed, the other axes are swept."""
-    if ngram:
-        return make_grid(n_draft=NGRAM_DRAFT if n_draft is None else n_draft, max_match=max_match,
-                         min_match=range(1, min(8, max_match) + 1) if min_match is None else min_match)
-    return make_grid(n_draft=range(1, 9) if n_draft is None else n_draft, thresholds=THRESHOLD_VARIANTS)
-
-
 def _input_tokens(file: Path | None, model: Path | None, tokens: Path | None):
     """The replay input and the vocabulary fingerprint it was tokenized with (None for --tokens)."""
     if (file is None) == (tokens is None):
@@ -178,10 +162,7 @@ def _open_static(path: Path, fingerprint: str | None, ids):
     from ..static import StaticCache
 
     static = StaticCache.open(path, expect_vocab=fingerprint)
-    n_vocab = static.n_vocab
-    if n_vocab and int(ids.max()) >= n_vocab:
-        raise VocabMismatchError(f"token id {int(ids.max())} is out of range for {path}, built for a vocabulary "
-                                 f"of {n_vocab} tokens: the ids and the cache come from different vocabularies")
+    static.check_ids(ids)
     return static
 
 
@@ -246,7 +227,7 @@ def report_lines(trace: ReplayTrace) -> list[str]:
 
 
 def main() -> None:
-    app()
+    run(app)
 
 
 if __name__ == "__main__":

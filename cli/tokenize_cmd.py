@@ -34,7 +34,7 @@ def tokenize(
     sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets]
                + ([StdlibCorpus()] if default_corpus else []))
     summary = export_tokens(sources, _tokenizer(model), out, None if as_json else (lambda b: progress(True, b)),
-                            max_bytes=parse_size(max_bytes) if max_bytes else None, cut=cut.value, cache_dir=cache_dir)
+                            max_bytes=parse_size(max_bytes) if max_bytes is not None else None, cut=cut.value, cache_dir=cache_dir)
     if as_json:
         print_json(summary)
     else:

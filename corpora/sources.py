@@ -90,6 +90,8 @@ class TextFile:
         with f:
             try:
                 compressed = f.read(4) == ZSTD_MAGIC
+                if not compressed and self.path.suffix == ".zst":
+                    raise InputError(f"corpus {self.path} is named .zst but is not a zstd stream (no zstd magic)")
                 f.seek(0)
                 yield from _zstd_blocks(f, self.path) if compressed else iter(lambda: f.read(BLOCK), b"")
             except OSError as exc:

@@ -73,6 +73,12 @@ class DocTokens:
             elif len(part):
                 yield part
 
+    def close(self) -> None:
+        """Unmap the stored entries this document's ids come from (the arrays stay valid only until then)."""
+        for part in self.parts:
+            if isinstance(part, tuple):
+                part[0].close()
+
 
 def tokenize_source(source, budget: Budget, tokenizer, store: TokenStore,
                     on_bytes: Callable[[int], None] | None = None) -> DocTokens:

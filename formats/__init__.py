@@ -94,14 +94,19 @@ def detect(path: str | os.PathLike) -> str:
     return "llama"
 
 
-def read_legacy(path: str | os.PathLike) -> StaticTable:
-    """A llama.cpp legacy file (the O(n) parse, as llama.cpp loads it) as a StaticTable."""
+def read_legacy_ngrams(path: str | os.PathLike):
+    """A llama.cpp legacy file (-lcs/-lcd, n-grams of 1..4 tokens) as an NgramTable; an empty file is an
+    empty cache, as llama.cpp reads it (the O(n) parse)."""
     path = Path(path)
     fd = _open_regular(path)
     empty = os.fstat(fd).st_size == 0
     os.close(fd)
-    data = np.empty(0, np.uint8) if empty else map_file(path)
-    table = llama.read(data, str(path))
+    return llama.read(np.empty(0, np.uint8) if empty else map_file(path), str(path))
+
+
+def read_legacy(path: str | os.PathLike) -> StaticTable:
+    """A llama.cpp legacy file holding 2-grams only (a static cache) as a StaticTable."""
+    table = read_legacy_ngrams(path)
     try:
         return StaticTable.from_ngrams(table)
     except FormatError as exc:

@@ -1,8 +1,9 @@
 """llama.cpp's legacy n-gram cache file (`-lcs`/`-lcd`), read and written byte-compatibly.
 
 A file is records until EOF, no header: int32 ngram[4] (padded with -1), int32 ntokens (> 0), then
-ntokens x (int32 token, int32 count > 0), little-endian. A trailing fragment shorter than 16 bytes is
-ignored, as llama.cpp's loader does. We write records in canonical order (llama.cpp writes hash order,
+ntokens x (int32 token, int32 count > 0), little-endian. A trailing fragment of a record is refused as
+truncation (llama.cpp's loader silently ignores one shorter than 16 bytes, which would read a 5-byte
+file as an empty cache). We write records in canonical order (llama.cpp writes hash order,
 so files are compared by content, never byte for byte).
 """
 
@@ -21,7 +22,7 @@ def _scan(words):
     n = words.shape[0]
     i = 0
     count = 0
-    while i + 4 <= n:
+    while i < n:
         if i + 5 > n:
             return count, 1, i
         k = words[i + 4]
@@ -59,6 +60,8 @@ def read(data: bytes | memoryview | np.ndarray, name: str = "legacy cache") -> N
     raw = np.frombuffer(data, dtype=np.uint8)
     words = raw[: len(raw) // 4 * 4].view("<i4")
     n_records, err, where = _scan(words)
+    if not err and len(raw) % 4:
+        err, where = 1, len(words)
     if err:
         what = {1: "ends inside a record (truncated)", 2: "has a record with ntokens <= 0",
                 3: "has a follower count <= 0"}[err]

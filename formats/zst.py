@@ -20,17 +20,14 @@ from typing import BinaryIO, Iterator
 import zstandard
 
 from ..atomic import atomic_writer
-from ..errors import FormatError, InputError
+from ..cachedir import default_root, ensure_dir
+from ..errors import FormatError
 from .lkc import MAGIC as LKC_MAGIC
 
 MAGIC = b"\x28\xb5\x2f\xfd"
 EDGE = 2**16  # bytes hashed at each end for the fingerprint (the last ones hold the zstd checksum)
 CHUNK = 4 * 2**20
 LEVEL = 3
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LOOKUPKIT_CACHE_DIR") or Path.home() / ".cache" / "lookupkit")
 
 
 def fingerprint(path: Path) -> str:
@@ -49,14 +46,10 @@ def unpack(path: str | os.PathLike) -> Path:
     path = Path(path)
     stem = path.name[:-4] if path.name.endswith(".zst") else path.name
     stem = stem[:-4] if stem.endswith(".lkc") else stem
-    target = cache_dir() / f"{stem}.{fingerprint(path)}.lkc"
+    target = default_root() / f"{stem}.{fingerprint(path)}.lkc"
     if target.is_file():
         return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create the cache directory {target.parent} for unpacking {path.name}: "
-                         f"{exc.strerror or exc} (set LOOKUPKIT_CACHE_DIR)") from None
+    ensure_dir(target.parent, f"the cache directory for unpacking {path.name}")
     with open(path, "rb") as src, atomic_writer(target) as dst:
         try:
             reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(src, read_across_frames=True)

@@ -68,7 +68,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
                 table = _count(docs, tokenizer.n_vocab, n_tokens, chunk_tokens, progress)
         finally:
             for doc in docs:
-                _close(doc)  # unmap the stored tokens before the write phase needs the memory
+                doc.close()  # unmap the stored tokens before the write phase needs the memory
         if table.n_keys == 0:
             raise InputError(f"no 2-grams: the corpus has {n_tokens} tokens, and a 2-gram with a follower "
                              "needs 3 tokens in one document")
@@ -154,12 +154,6 @@ def _meta(tokenizer, docs: list[DocTokens], n_tokens: int, max_bytes: int | None
     }
 
 
-def _close(doc: DocTokens) -> None:
-    for part in doc.parts:
-        if isinstance(part, tuple):
-            part[0].close()
-
-
 @contextlib.contextmanager
 def _timed(phases: dict, peaks: dict, name: str):
     """Record the block's wall time in phases[name] and the peak RSS reached by its end in peaks[name]."""
@@ -217,7 +211,7 @@ def export_tokens(sources: Sequence, tokenizer, out_path: str | os.PathLike, pro
                     n_tokens += len(ids)
     finally:
         for doc in docs:
-            _close(doc)
+            doc.close()
     return {"output": str(out_path), "tokens": n_tokens, "bytes": sum(d.n_bytes for d in docs),
             "documents": len(docs), "skipped_sources": skipped, "vocab": tokenizer.name,
             "fingerprint": tokenizer.fingerprint, "seconds": round(time.perf_counter() - t_start, 3),

@@ -19,25 +19,12 @@ import numpy as np
 from .draft_fast import Thresholds, draft_tokens, grow_memo, new_memo, static_arrays
 from .errors import InputError
 from .flatcache import FlatCache
+from .ids import token_ids
 from .ngram_cache import load_table
-from .replay import MAX_DRAFT
+from .replay import DEFAULT_DRAFT, MAX_DRAFT
 from .static import StaticCache
 from .table import NgramTable
 from .trace import SOURCE_NAMES
-
-
-def _token_array(tokens, what: str) -> np.ndarray:
-    """Token ids as a 1-D int32 array; refuse anything else with a clear message."""
-    arr = np.asarray(tokens)
-    if arr.ndim != 1:
-        raise InputError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.zeros(0, np.int32)
-    if arr.dtype.kind not in "iu":
-        raise InputError(f"{what} must be integer token ids, got {arr.dtype}")
-    if int(arr.min()) < 0 or int(arr.max()) > np.iinfo(np.int32).max:
-        raise InputError(f"{what} holds ids outside 0..2^31-1 (min {int(arr.min())}, max {int(arr.max())})")
-    return np.ascontiguousarray(arr, dtype=np.int32)
 
 
 class Drafter:
@@ -75,7 +62,7 @@ class Drafter:
 
     def accept(self, tokens) -> None:
         """Append tokens (accepted drafts, sampled tokens, a prompt) to the sequence and its context cache."""
-        new = _token_array(tokens, "tokens")
+        new = token_ids(tokens, "tokens")
         if not len(new):
             return
         n = self._n + len(new)
@@ -87,7 +74,7 @@ class Drafter:
         self._n = n
         self._ctx.update(self._seq[:n], nnew=len(new))
 
-    def draft(self, tokens=None, n_draft: int = 16) -> list[int]:
+    def draft(self, tokens=None, n_draft: int = DEFAULT_DRAFT) -> list[int]:
         """Up to n_draft tokens likely to follow `tokens` (the whole sequence so far; None = as accepted).
 
         If `tokens` extends the sequence seen so far, only the new tokens are counted; if it does not,
@@ -96,7 +83,7 @@ class Drafter:
         if isinstance(n_draft, bool) or not isinstance(n_draft, (int, np.integer)) or not 1 <= n_draft <= MAX_DRAFT:
             raise InputError(f"n_draft must be an integer between 1 and {MAX_DRAFT}, got {n_draft!r}")
         if tokens is not None:
-            self._sync(_token_array(tokens, "tokens"))
+            self._sync(token_ids(tokens, "tokens"))
         out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
         self._memo = grow_memo(self._memo)
         self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
@@ -108,7 +95,7 @@ class Drafter:
         `tokens`, if given, is the final sequence: what it adds to the sequence seen so far is counted first.
         """
         if tokens is not None:
-            self._sync(_token_array(tokens, "tokens"))
+            self._sync(token_ids(tokens, "tokens"))
         if learn:
             self._dyn.merge(self._ctx)
         self._ctx.clear()

@@ -9,14 +9,12 @@ written out. `merge_tables` is the same merge for whole tables, vectorised, for 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from .atomic import atomic_writer
-from .errors import InputError
-from .formats import llama
+from .formats import llama, read_legacy_ngrams
 from .table import COUNT_MAX, NgramTable
 
 NGRAM_MIN, NGRAM_MAX = 1, 4
@@ -94,16 +92,7 @@ class NgramCache:
 
 def load_table(path: str | os.PathLike) -> NgramTable:
     """Read a llama.cpp legacy cache file into a canonical table (FormatError if corrupt)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory, not a cache file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return llama.read(data, name=str(path))
+    return read_legacy_ngrams(path)
 
 
 def save_table(table: NgramTable, path: str | os.PathLike) -> None:

@@ -26,6 +26,7 @@ from .flatcache import kernel, mix
 from .replay import check_args
 from .trace import NGRAM, ReplayTrace
 
+DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = 3, 3, 8
 MAX_DRAFT = 8
 MAX_MATCH = 64
 MAX_ENTRIES = 1 << 27  # the compiled replay's index: 2 GiB
@@ -45,7 +46,8 @@ def check_params(n_draft: int, min_match: int, max_match: int) -> None:
         raise InputError(f"--ngram-min-match must be between 1 and --ngram-max-match ({max_match}), got {min_match}")
 
 
-def ngram_draft(tokens: Sequence[int], n_draft: int = 3, min_match: int = 3, max_match: int = 8) -> list[int]:
+def ngram_draft(tokens: Sequence[int], n_draft: int = DEFAULT_DRAFT, min_match: int = DEFAULT_MIN_MATCH,
+                max_match: int = DEFAULT_MAX_MATCH) -> list[int]:
     """The tokens that followed the longest (then most recent) earlier match of the sequence's end."""
     check_params(n_draft, min_match, max_match)
     toks = [int(t) for t in tokens]
@@ -147,7 +149,8 @@ def _run_chunk(truth, chunk, n_draft, min_match, max_match, table, hashes, calls
     return n_calls, n_toks
 
 
-def replay_ngram(tokens, n_ctx: int, n_draft: int = 3, min_match: int = 3, max_match: int = 8) -> ReplayTrace:
+def replay_ngram(tokens, n_ctx: int, n_draft: int = DEFAULT_DRAFT, min_match: int = DEFAULT_MIN_MATCH,
+                 max_match: int = DEFAULT_MAX_MATCH) -> ReplayTrace:
     """lookup-stats over `tokens` with the longest-match source (compiled); t_draft_s times the chunk loop."""
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     n_ctx, n_draft = int(n_ctx), int(n_draft)

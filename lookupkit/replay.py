@@ -19,11 +19,13 @@ from .corpora import Budget, TextFile, TokenFile
 from .corpora.tokenized import tokenize_source
 from .draft_ref import draft_reference
 from .errors import InputError
+from .ids import token_ids
 from .ngram_cache import NgramCache
 from .table import NgramTable
 from .tokstore import TokenStore
 from .trace import ReplayTrace
 
+DEFAULT_DRAFT = 16  # lookup-stats' --draft default
 MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
 ENGINES = ("reference", "fast")
@@ -31,11 +33,7 @@ ENGINES = ("reference", "fast")
 
 def load_tokens(path: str | os.PathLike) -> np.ndarray:
     """Token ids (--tokens): raw little-endian int32 (.i32 or any name) or a 1-D integer .npy."""
-    ids = TokenFile(path).ids()
-    if int(ids.min()) < 0 or int(ids.max()) > np.iinfo(np.int32).max:
-        bad = int(np.argmax((ids < 0) | (ids > np.iinfo(np.int32).max)))
-        raise InputError(f"token file {path} holds an invalid token id {int(ids[bad])} at index {bad}")
-    return np.ascontiguousarray(ids, dtype=np.int32)
+    return token_ids(TokenFile(path).ids(), f"token file {path}")
 
 
 def tokenize_file(path: str | os.PathLike, tokenizer) -> np.ndarray:
@@ -46,9 +44,7 @@ def tokenize_file(path: str | os.PathLike, tokenizer) -> np.ndarray:
         try:
             return np.concatenate([np.asarray(a, dtype=np.int32) for a in doc.arrays()] or [np.empty(0, np.int32)])
         finally:
-            for part in doc.parts:
-                if isinstance(part, tuple):
-                    part[0].close()
+            doc.close()
 
 
 def check_args(n_input: int, n_ctx: int, n_draft: int) -> None:
@@ -62,7 +58,7 @@ def check_args(n_input: int, n_ctx: int, n_draft: int) -> None:
                          f"{n_ctx} (only full chunks followed by at least one more token are evaluated)")
 
 
-def replay(tokens, n_ctx: int = 4096, n_draft: int = 16, static=None,
+def replay(tokens, n_ctx: int = 4096, n_draft: int = DEFAULT_DRAFT, static=None,
            dynamic: NgramTable | None = None, engine: str = "fast") -> tuple[ReplayTrace, NgramTable]:
     """Run lookup-stats over `tokens`; returns the trace and the dynamic cache after the last chunk.
 

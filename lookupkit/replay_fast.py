@@ -7,7 +7,6 @@ between chunks Python merges the context cache into the dynamic one, untimed as 
 
 from __future__ import annotations
 
-import mmap
 import time
 
 import numpy as np
@@ -57,9 +56,9 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     t_draft_s is the time inside the compiled chunk loop: drafting and context updates, as llama.cpp
     times them, plus the loop's own bookkeeping (recording each call), so it slightly overstates
     llama.cpp's t_draft. The merges into the dynamic cache (and growing the memo) are timed apart
-    (extra["t_merge_ms"]), as is mapping the static cache's pages before a replay that will touch most
-    of them (extra["t_prefault_ms"], see `_prefault`); compilation is never timed (a warm-up call on an
-    empty chunk comes first).
+    (extra["t_merge_ms"]). Page faults on the mapped static cache happen inside the loop and are timed,
+    as they are part of what drafting from an mmap'd cache costs. Compilation is never timed (a warm-up
+    call on an empty chunk comes first).
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     n_draft, n_ctx = int(n_draft), int(n_ctx)
@@ -75,7 +74,6 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     drafted = np.full(max(2 * len(calls), n_draft), 0, np.int32)
     sources = np.full(len(drafted), 0, np.int8)
     _run_chunk(tokens[:1], 0, n_draft, ctx.c, dyn.c, st, memo, state, calls, drafted, sources)  # compile or load
-    t_prefault = _prefault(st, len(tokens))
     state[:] = 0
     t_draft = t_merge = 0.0
     for chunk in range(n_chunks):
@@ -98,25 +96,9 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     trace = ReplayTrace(n_ctx=n_ctx, n_draft=n_draft, n_input=len(tokens), chunk=calls[:n, 0].copy(),
                         pos=calls[:n, 1].copy(), n_drafted=calls[:n, 2].copy(), n_accepted=calls[:n, 3].copy(),
                         tokens=drafted[:m].copy(), sources=sources[:m].copy(), t_draft_s=t_draft,
-                        extra={"t_merge_ms": t_merge * 1e3, "t_prefault_ms": t_prefault * 1e3})
+                        extra={"t_merge_ms": t_merge * 1e3})
     return trace, dyn.to_table()
 
-
-def _prefault(st, n_tokens: int) -> float:
-    """Map the static cache's pages before the timed loop when the replay will touch most of them anyway.
-
-    Each drafted position looks up ~4 random pages (3 constmap words, 1 run of pairs), so a replay of n
-    tokens touches most of a cache of up to ~4n pages: one sequential pass over it (one byte per page)
-    is cheaper than the same page faults taken one by one inside the loop (541 MB cache, 300 k tokens:
-    16 ms against 36 ms), and keeps them out of t_draft. Returns the seconds spent (reported apart).
-    """
-    arrays = [a.reshape(-1).view(np.uint8) for a in (st.pairs, st.data, st.checks) if a.size]
-    if sum(a.size for a in arrays) > 4 * n_tokens * mmap.PAGESIZE:
-        return 0.0
-    t0 = time.perf_counter()
-    for a in arrays:
-        int(a[::mmap.PAGESIZE].sum())
-    return time.perf_counter() - t0
 
 
 def _grow(arr: np.ndarray, need: int) -> np.ndarray:

@@ -194,6 +194,14 @@ class StaticCache:
                                      f"{self.vocab_fingerprint}) but is used with vocab fingerprint {expect}; "
                                      f"rebuild the cache with this vocabulary")
 
+    def check_ids(self, ids: np.ndarray) -> None:
+        """Refuse ids the cache's vocabulary cannot hold (when it records its size): ids and cache then come
+        from different vocabularies, which a replay from a token file could not otherwise tell."""
+        top = int(ids.max()) if len(ids) else -1
+        if self.n_vocab and top >= self.n_vocab:
+            raise VocabMismatchError(f"token id {top} is out of range for {self.name}, built for a vocabulary of "
+                                     f"{self.n_vocab} tokens: the ids and the cache come from different vocabularies")
+
     def close(self) -> None:
         """Drop the views and unmap (if views handed out are still alive, the mapping goes with the last one)."""
         self.pairs = self.cmap = self._keys = self._key_views = self._layout = self._args = self._cmap_loc = None

@@ -13,12 +13,22 @@ from __future__ import annotations
 
 import itertools
 
+from . import ngram_source, replay
+from .draft_fast import Thresholds
 from .errors import InputError
+from .flatcache import LAX, STRICT
 from .trace import ReplayTrace
 
 SOURCES = ("lookup", "ngram")
 AXES = {"lookup": ("n_draft", "thresholds"), "ngram": ("n_draft", "min_match", "max_match")}
-DEFAULTS = {"n_draft": 16, "min_match": 3, "max_match": 8, "thresholds": None}
+DEFAULTS = {"lookup": {"n_draft": replay.DEFAULT_DRAFT, "thresholds": None},
+            "ngram": {"n_draft": ngram_source.DEFAULT_DRAFT, "min_match": ngram_source.DEFAULT_MIN_MATCH,
+                      "max_match": ngram_source.DEFAULT_MAX_MATCH}}
+THRESHOLD_VARIANTS = [("llama.cpp", None), ("ctx-strict", Thresholds(context=STRICT)),
+                      ("dyn-lax", Thresholds(dynamic=LAX))]
+"""The default thresholds axis: llama.cpp's, the context cache held to the dynamic's strict thresholds,
+and the dynamic cache given the context's lax ones."""
+SWEPT_MAX = 8  # a swept length (--draft, --ngram-min-match) runs 1..8
 COLUMNS = ("n_draft", "min_match", "max_match", "thresholds", "n_drafted", "n_accept", "accept", "coverage",
            "tokens_per_verify", "us_per_drafted_token", "speedup", "break_even_cost")
 
@@ -41,6 +51,17 @@ def make_grid(**axes) -> list[dict]:
     return [dict(zip(names, combo)) for combo in itertools.product(*values)]
 
 
+def default_grid(source: str = "lookup", n_draft: int | None = None, min_match: int | None = None,
+                 max_match: int | None = None) -> list[dict]:
+    """lookup-stats --sweep's grid: what is given stays fixed, the rest is swept (lookup: --draft 1..8 x
+    THRESHOLD_VARIANTS; ngram: --ngram-min-match 1..min(8, max_match) at --draft 3)."""
+    if source == "ngram":
+        max_match = ngram_source.DEFAULT_MAX_MATCH if max_match is None else max_match
+        return make_grid(n_draft=ngram_source.DEFAULT_DRAFT if n_draft is None else n_draft, max_match=max_match,
+                         min_match=range(1, min(SWEPT_MAX, max_match) + 1) if min_match is None else min_match)
+    return make_grid(n_draft=range(1, SWEPT_MAX + 1) if n_draft is None else n_draft, thresholds=THRESHOLD_VARIANTS)
+
+
 def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, n_ctx: int = 4096,
           source: str = "lookup", verify_cost: float | None = None) -> list[dict]:
     """Replay `tokens` with the fast engine once per grid point; one row of results per point.
@@ -48,24 +69,23 @@ def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, 
     Grid axes: n_draft, and thresholds (a draft_fast.Thresholds, or (label, Thresholds)) for the
     lookup source; n_draft, min_match, max_match for the ngram source.
     """
-    from .ngram_source import replay_ngram
     from .replay_fast import replay_fast
 
     if source not in SOURCES:
         raise InputError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
-    grid = grid or make_grid(n_draft=range(1, 9))
+    grid = grid or make_grid(n_draft=range(1, SWEPT_MAX + 1))
     rows = []
     for point in grid:
         unknown = set(point) - set(AXES[source])
         if unknown:
             raise InputError(f"cannot sweep {', '.join(sorted(unknown))} with --source {source}")
-        p = {**DEFAULTS, **point}
-        label, thresholds = p["thresholds"] if isinstance(p["thresholds"], tuple) else ("llama.cpp", p["thresholds"])
+        p = {**DEFAULTS[source], **point}
         if source == "lookup":
+            label, thresholds = p["thresholds"] if isinstance(p["thresholds"], tuple) else ("llama.cpp", p["thresholds"])
             trace, _ = replay_fast(tokens, n_ctx, p["n_draft"], static, dynamic, thresholds)
             row = {"n_draft": p["n_draft"], "thresholds": label}
         else:
-            trace = replay_ngram(tokens, n_ctx, p["n_draft"], p["min_match"], p["max_match"])
+            trace = ngram_source.replay_ngram(tokens, n_ctx, p["n_draft"], p["min_match"], p["max_match"])
             row = {"n_draft": p["n_draft"], "min_match": p["min_match"], "max_match": p["max_match"]}
         s = trace.summary()
         row.update({k: s[k] for k in ("n_drafted", "n_accept", "accept", "coverage", "tokens_per_verify",

@@ -29,6 +29,7 @@ import numpy as np
 import zstandard
 
 from .atomic import atomic_writer
+from .cachedir import default_root, ensure_dir
 from .errors import FormatError, InputError
 
 MAGIC = b"LKTOK001"
@@ -36,11 +37,6 @@ VERSION = 1
 FRAME_TOKENS = 2**20
 HEAD_BYTES = 2**20
 _TRAILER = struct.Struct("<Q8s")
-
-
-def default_root() -> Path:
-    """$LOOKUPKIT_CACHE_DIR, else ~/.cache/lookupkit."""
-    return Path(os.environ.get("LOOKUPKIT_CACHE_DIR") or Path.home() / ".cache" / "lookupkit")
 
 
 def _digest(*parts: str) -> str:
@@ -145,7 +141,7 @@ class EntryWriter:
         self.entry: Entry | None = None
 
     def __enter__(self) -> "EntryWriter":
-        self._store.root.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self._store.root, "the token cache directory")
         self._tmp = self._store.root / f".incoming-{uuid.uuid4().hex}.lkt"
         self._writer = atomic_writer(self._tmp)
         self._f = self._writer.__enter__()

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from lookupkit import formats
 from lookupkit.cli.cache_cmds import register
+from cli_checks import assert_one_line_error as one_line_error
 from test_formats import EXT, META, same, table_of, text_like
 
 app = typer.Typer(add_completion=False)
@@ -32,15 +33,6 @@ def _cache_dir(tmp_path, monkeypatch):
 
 def cli(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def written(tmp_path, fmt, **kw):

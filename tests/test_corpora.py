@@ -100,9 +100,10 @@ def test_text_file_and_zstd_frames_stream_the_same_bytes(tmp_path):
 @pytest.mark.parametrize("case,message", [
     ("missing", "does not exist"), ("directory", "is a directory"), ("empty", "is empty"),
     ("binary", "looks binary"), ("truncated", "truncated zstd"), ("corrupt", "cannot decompress"),
+    ("not-zstd", "not a zstd stream"),
 ])
 def test_bad_text_files_fail_with_one_line(tmp_path, case, message):
-    path = tmp_path / "corpus"
+    path = tmp_path / ("corpus.zst" if case == "not-zstd" else "corpus")
     frame = zstandard.ZstdCompressor().compress(b"hello world\n" * 1000)
     if case == "directory":
         path.mkdir()
@@ -114,6 +115,8 @@ def test_bad_text_files_fail_with_one_line(tmp_path, case, message):
         path.write_bytes(frame[:-10])
     elif case == "corrupt":
         path.write_bytes(frame[:4] + b"\xff" * 40)
+    elif case == "not-zstd":
+        path.write_bytes(b"plain text, not compressed\n")
     with pytest.raises(InputError, match=message) as err:
         TextFile(path).check()
         b"".join(TextFile(path).blocks())

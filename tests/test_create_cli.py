@@ -21,6 +21,7 @@ from lookupkit.count import count_static
 from lookupkit.formats import llama, read_table
 from lookupkit.table import StaticTable
 from lookupkit.tokenizer import Tokenizer
+from cli_checks import assert_one_line_error as check
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -49,14 +50,8 @@ def create_json(*args) -> dict:
 
 
 def assert_one_line_error(result, *fragments):
-    """Exit 2 and one `error:` line, the last on stderr (progress bars of finished phases may precede it)."""
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
+    """Progress bars of finished phases may precede the error line."""
+    check(result, *fragments, after_progress=True)
 
 
 def same(a: StaticTable, b: StaticTable) -> bool:
@@ -233,6 +228,15 @@ def test_absurd_flags(tmp_path, args, fragment):
     np.arange(10, dtype="<i4").tofile(tmp_path / "x.i32")
     args = [tmp_path / a if a == "x.i32" else a for a in args]
     assert_one_line_error(create("-f", corpus, *args, "-lcs", tmp_path / "o.lkc"), fragment)
+
+
+def test_token_cache_dir_that_is_a_file(tmp_path):
+    corpus, not_a_dir = tmp_path / "c.txt", tmp_path / "file"
+    corpus.write_text(TEXT)
+    not_a_dir.write_text("x")
+    out = tmp_path / "o.lkc"
+    assert_one_line_error(create("-f", corpus, "-lcs", out, "--cache-dir", not_a_dir), "token cache directory")
+    assert not out.exists()
 
 
 def test_no_source_and_no_extension(tmp_path):

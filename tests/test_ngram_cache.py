@@ -130,6 +130,9 @@ def test_empty_cache_round_trip(tmp_path):
 
 @pytest.mark.parametrize("mutate, what", [
     (lambda b: b[:-4], "truncated"),
+    (lambda b: b + b"\x01", "truncated"),  # a fragment llama.cpp would silently ignore
+    (lambda b: b + b"\x01\0\0\0" * 3, "truncated"),
+    (lambda b: b"abcde", "truncated"),  # not an empty cache
     (lambda b: b[:16] + (0).to_bytes(4, "little") + b[20:], "ntokens"),
     (lambda b: b[:24] + (0).to_bytes(4, "little") + b[28:], "count"),
     (lambda b: (-5).to_bytes(4, "little", signed=True) + b[4:], "padded"),
@@ -147,6 +150,8 @@ def test_missing_file_is_an_input_error(tmp_path):
         load_table(tmp_path / "nope.lcd")
     with pytest.raises(InputError, match="directory"):
         load_table(tmp_path)
+    with pytest.raises(InputError, match="not a regular file"):  # not silently an empty cache
+        load_table("/dev/null")
 
 
 def test_failed_save_leaves_the_original_intact(tmp_path, monkeypatch):

@@ -183,6 +183,10 @@ def test_vocab_fingerprint(table, tmp_path, kind):
         with pytest.raises(VocabMismatchError) as err:
             c.check_vocab("other-fp")
         assert "toy-fp" in str(err.value) and "other-fp" in str(err.value)
+        c.check_ids(np.array([0, 999], np.int32))
+        c.check_ids(np.empty(0, np.int32))
+        with pytest.raises(VocabMismatchError, match="token id 1000 is out of range .* 1000 tokens"):
+            c.check_ids(np.array([5, 1000, 3], np.int32))
     if kind == "lkc":
         with pytest.raises(VocabMismatchError, match="toy-fp.*other-fp"):
             StaticCache.open(tmp_path / "c.lkc", expect_vocab="other-fp")

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from lookupkit.cli.stats import app as stats_app
 from lookupkit.ngram_cache import NgramCache, load_table
+from cli_checks import assert_one_line_error
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -30,15 +31,6 @@ SEVEN = [r"n_draft      = \d+", r"n_predict    = \d+", r"n_drafted    = \d+", r"
 
 def stats(*args):
     return runner.invoke(stats_app, [str(a) for a in args])
-
-
-def assert_one_line_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0]
 
 
 def write_tokens(path: Path, ids) -> Path:

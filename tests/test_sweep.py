@@ -11,7 +11,7 @@ from lookupkit.draft_fast import Thresholds
 from lookupkit.errors import InputError
 from lookupkit.ngram_source import replay_ngram
 from lookupkit.replay_fast import replay_fast
-from lookupkit.sweep import expected_speedup, make_grid, sweep, sweep_table
+from lookupkit.sweep import THRESHOLD_VARIANTS, default_grid, expected_speedup, make_grid, sweep, sweep_table
 from lookupkit.trace import ReplayTrace
 
 TOKENS = np.array([1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2, 3, 5] * 8, np.int32)
@@ -76,6 +76,20 @@ def test_ngram_sweep_over_min_match():
         assert (row["n_drafted"], row["n_accept"]) == (s["n_drafted"], s["n_accept"])
     drafted = [r["n_drafted"] for r in rows]
     assert drafted == sorted(drafted, reverse=True)  # a stricter gate never drafts more
+
+
+def test_ngram_sweep_defaults_are_the_ngram_sources():
+    """An ngram grid without n_draft uses the ngram source's own default (3), not lookup's 16."""
+    rows = sweep(TOKENS, grid=make_grid(min_match=[2, 3]), n_ctx=32, source="ngram")
+    assert [(r["n_draft"], r["min_match"], r["max_match"]) for r in rows] == [(3, 2, 8), (3, 3, 8)]
+    assert rows[0]["n_drafted"] == replay_ngram(TOKENS, 32, 3, 2, 8).summary()["n_drafted"]
+
+
+def test_default_grids_hold_what_is_given_and_sweep_the_rest():
+    assert default_grid("lookup") == make_grid(n_draft=range(1, 9), thresholds=THRESHOLD_VARIANTS)
+    assert default_grid("lookup", n_draft=5) == [{"n_draft": 5, "thresholds": t} for t in THRESHOLD_VARIANTS]
+    assert default_grid("ngram", max_match=4) == [{"n_draft": 3, "max_match": 4, "min_match": m} for m in range(1, 5)]
+    assert default_grid("ngram", n_draft=2, min_match=3) == [{"n_draft": 2, "max_match": 8, "min_match": 3}]
 
 
 def test_bad_sweeps():

@@ -46,6 +46,43 @@ def test_demo_builds_opens_drafts_and_replays(tmp_path):
     none, static = res["replay"]["no static cache"], res["replay"]["stdlib static cache"]
     # the static cache drafts where the context alone has nothing, and some of it is right
     assert static["n_drafted"] > none["n_drafted"] and static["n_accept"] > none["n_accept"]
-    assert all(isinstance(t, int) for t in res["example"]["draft"])
+    assert len(res["examples"]) == 3 and all(isinstance(t, int) for e in res["examples"] for t in e["draft"])
+    assert any(e["draft"] for e in res["examples"])
     again = lookupkit("demo", "--json", "--cache-dir", str(tmp_path), env_dir=tmp_path)
     assert again.returncode == 0 and json.loads(again.stdout)["built"] is None  # reused, not rebuilt
+
+
+def test_demo_refuses_absurd_flags_and_unusable_cache_dir_before_building(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    for args, fragment in ((["--draft", "0"], "--draft must be between"), (["-c", "1"], "--ctx-size must be between"),
+                           (["--cache-dir", str(not_a_dir)], "cannot use")):
+        r = lookupkit("demo", *args, env_dir=tmp_path / "env")
+        assert r.returncode == 2 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert fragment in r.stderr and "Traceback" not in r.stderr
+    assert not any((tmp_path / "env").glob("demo-*.lkc"))  # refused before any build
+
+
+@pytest.mark.parametrize("module,args,fragment", [
+    ("main", ["inspect"], "Missing argument 'path'"), ("main", ["bogus"], "No such command 'bogus'"),
+    ("main", ["demo", "--draft", "abc"], "Invalid value for '--draft'"),
+    ("stats", ["--tokens", "x.i32", "-c", "abc"], "Invalid value for '-c'"), ("create", ["-lcs"], "requires an argument"),
+    ("merge", [], "Missing argument"),
+])
+def test_usage_errors_are_one_line_too(tmp_path, module, args, fragment):
+    """Typer's own refusals (missing or garbage arguments) follow the same rule as lookupkit's: one line, exit 2."""
+    r = subprocess.run([sys.executable, "-c", f"from lookupkit.cli.{module} import main; main()", *args],
+                       capture_output=True, text=True, env={"LOOKUPKIT_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: ") and fragment in r.stderr
+
+
+def test_bench_refuses_bad_flags_before_running(tmp_path):
+    (tmp_path / "bad.json").write_text("not json")
+    for args, fragment in ((["--report", str(tmp_path / "missing.json")], "does not exist"),
+                           (["--report", str(tmp_path / "bad.json")], "not a readable results JSON"),
+                           (["--sizes", "25,-1"], "--sizes takes"), (["--sizes", "lots"], "--sizes takes")):
+        r = lookupkit("bench", "--out-dir", str(tmp_path / "out"), *args, env_dir=tmp_path)
+        assert r.returncode == 2 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert fragment in r.stderr
+    assert not any((tmp_path / "out").iterdir())  # nothing measured, nothing written

@@ -1,0 +1,79 @@
+"""`lookupkit bench`: the load-time, memory and latency study, side by side with llama.cpp."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..cachedir import ensure_dir
+from ..errors import InputError
+from .common import guarded
+
+
+@guarded
+def bench(
+    quick: bool = typer.Option(False, "--quick", help="A small study on ../shared/reference data (under a minute)."),
+    sizes: Optional[str] = typer.Option(None, "--sizes", help="Corpus prefixes, comma-separated (MB of text; "
+                                        "thousands of tokens with --quick); 0 = no static cache."),
+    runs: Optional[int] = typer.Option(None, "--runs", min=1, max=50, help="Runs per cell (default 3; 2 with --quick)."),
+    no_llamacpp: bool = typer.Option(False, "--no-llamacpp", help="Skip the llama.cpp side."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where results JSON, RESULTS.md and plots go "
+                                           "(default: the repo's bench/ for the full study)."),
+    report_only: Optional[Path] = typer.Option(None, "--report", metavar="RESULTS.json",
+                                               help="Only re-render the report and plots from a results file."),
+) -> None:
+    """Build, open and replay static caches of several corpus sizes; write results, report and plots."""
+    from ..bench.plots import make_plots
+    from ..bench.report import write_report
+    from ..bench.study import SHARED, Study, StudyConfig
+
+    here = Path(__file__).resolve().parents[1] / "bench"
+    base = ensure_dir(out_dir or (here if not quick else Path.cwd() / "lookupkit-bench-quick"),
+                      "the benchmark's output directory", "choose another with --out-dir")
+    if report_only is None:
+        size_list = _sizes(sizes) if sizes is not None else None
+        if not SHARED.is_dir():
+            raise InputError(f"the benchmark reads its corpora from {SHARED}, which does not exist")
+        kw = {"llamacpp": not no_llamacpp, "results_dir": base / "results"}
+        if runs:
+            kw["runs"] = runs
+        cfg = StudyConfig.quick(**kw) if quick else StudyConfig.full(**kw)
+        if size_list is not None:
+            cfg.sizes = size_list
+        results = Study(cfg, log=lambda m: typer.echo(m, err=True)).run_all()
+    else:
+        results = _results_file(report_only)
+    md = write_report(results, base / ("RESULTS.md" if not quick else "RESULTS-quick.md"))
+    plots = make_plots(results, base / "plots")
+    typer.echo(f"results {results}\nreport  {md}\nplots   {', '.join(str(p) for p in plots)}")
+
+
+def _sizes(text: str) -> list[int]:
+    """--sizes: comma-separated whole numbers >= 0 (0 = no static cache)."""
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 0:
+        raise InputError(f"--sizes takes comma-separated whole numbers >= 0, got {text!r}")
+    return sizes
+
+
+def _results_file(path: Path) -> Path:
+    """--report: an existing results JSON file (checked here, so a typo is one line, not a traceback)."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"--report {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"--report {path} is a directory, not a results file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--report {path} is not a readable results JSON file ({exc})") from None
+    return path
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
