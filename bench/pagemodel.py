@@ -14,27 +14,12 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from numba import njit
 
-from ..constmap import _M1, _M2, _U32, _xxh64_8
+from ..constmap import probes
 from ..replay import load_tokens, replay
 from ..static import StaticCache
 
 PAGE = 4096
-
-
-@njit(cache=True)
-def _probes(t0, t1, seed, seg_len, seg_count_len):
-    word = np.uint64(np.uint32(t0)) | (np.uint64(np.uint32(t1)) << np.uint64(32))
-    x = _xxh64_8(word) + seed
-    x ^= x >> np.uint64(33)
-    x *= _M1
-    x ^= x >> np.uint64(33)
-    x *= _M2
-    x ^= x >> np.uint64(33)
-    h0 = ((x >> np.uint64(32)) * seg_count_len + (((x & _U32) * seg_count_len) >> np.uint64(32))) >> np.uint64(32)
-    mask = seg_len - np.uint64(1)
-    return h0, (h0 + seg_len) ^ ((x >> np.uint64(18)) & mask), (h0 + seg_len + seg_len) ^ (x & mask)
 
 
 def looked_up_keys(ids: np.ndarray, trace, n_ctx: int) -> np.ndarray:
@@ -74,7 +59,8 @@ def model(cache: StaticCache, keys: np.ndarray, probes_per_key: int = 3) -> dict
     rng = np.random.default_rng(0)
     toks = cache.pairs[:, 0]
     for (t0, t1), o, n, r in zip(keys.tolist(), offs.tolist(), lens.tolist(), rank.tolist()):
-        for h in _probes(t0, t1, np.uint64(cm.seed), np.uint64(cm.segment_length), np.uint64(cm.segment_count_length)):
+        _, *slots = probes(t0, t1, np.uint64(cm.seed), np.uint64(cm.segment_length), np.uint64(cm.segment_count_length))
+        for h in slots:
             cm_pages.add(("data", int(h) * 8 // PAGE))
             cm_pages.add(("checks", int(h) * 8 // PAGE))
         if n:

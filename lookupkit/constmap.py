@@ -135,7 +135,8 @@ def _xxh64_8(word):
 
 
 @njit(cache=True, inline="always")
-def lookup(t0, t1, seed, seg_len, seg_count_len, data, checks):
+def probes(t0, t1, seed, seg_len, seg_count_len):
+    """The 2-gram's fingerprint hash x and its three slot positions h0, h1, h2 (formats.md §2)."""
     word = (np.uint64(np.uint32(t0))) | (np.uint64(np.uint32(t1)) << np.uint64(32))
     x = _xxh64_8(word) + seed
     x ^= x >> np.uint64(33)
@@ -146,8 +147,12 @@ def lookup(t0, t1, seed, seg_len, seg_count_len, data, checks):
     # hi64(x * seg_count_len) with seg_count_len < 2^32, without 128-bit integers
     h0 = ((x >> np.uint64(32)) * seg_count_len + (((x & _U32) * seg_count_len) >> np.uint64(32))) >> np.uint64(32)
     mask = seg_len - np.uint64(1)
-    h1 = (h0 + seg_len) ^ ((x >> np.uint64(18)) & mask)
-    h2 = (h0 + seg_len + seg_len) ^ (x & mask)
+    return x, h0, (h0 + seg_len) ^ ((x >> np.uint64(18)) & mask), (h0 + seg_len + seg_len) ^ (x & mask)
+
+
+@njit(cache=True, inline="always")
+def lookup(t0, t1, seed, seg_len, seg_count_len, data, checks):
+    x, h0, h1, h2 = probes(t0, t1, seed, seg_len, seg_count_len)
     if (checks[h0] ^ checks[h1] ^ checks[h2]) != (x ^ (x >> np.uint64(32))):
         return NOT_FOUND
     return data[h0] ^ data[h1] ^ data[h2]
