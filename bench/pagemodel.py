@@ -15,9 +15,10 @@ import argparse
 
 import numpy as np
 
-from ..constmap import probes
-from ..replay import load_tokens, replay
-from ..static import StaticCache
+from ..formats.vmap import probes
+from ..corpora import read_token_file
+from ..replay import replay
+from ..static.cache import StaticCache
 
 PAGE = 4096
 
@@ -59,7 +60,7 @@ def model(cache: StaticCache, keys: np.ndarray, probes_per_key: int = 3) -> dict
     rng = np.random.default_rng(0)
     toks = cache.pairs[:, 0]
     for (t0, t1), o, n, r in zip(keys.tolist(), offs.tolist(), lens.tolist(), rank.tolist()):
-        _, *slots = probes(t0, t1, np.uint64(cm.seed), np.uint64(cm.segment_length), np.uint64(cm.segment_count_length))
+        _, *slots = probes(t0, t1, *cm.hash_args)
         for h in slots:
             cm_pages.add(("data", int(h) * 8 // PAGE))
             cm_pages.add(("checks", int(h) * 8 // PAGE))
@@ -84,7 +85,7 @@ def main() -> None:
     p.add_argument("--draft", type=int, default=8)
     a = p.parse_args()
     cache = StaticCache.open(a.cache)
-    ids = load_tokens(a.eval_tokens)
+    ids = read_token_file(a.eval_tokens)
     trace, _ = replay(ids, n_ctx=a.ctx, n_draft=a.draft, static=cache, engine="fast")
     print(model(cache, looked_up_keys(ids, trace, a.ctx)))
 

@@ -26,7 +26,7 @@ def smaps_rollup(pid: int) -> dict:
 
 
 def measure_sharing(n: int, eval_tokens: Path, cache: Path, n_ctx: int, n_draft: int) -> dict:
-    cmd = python_module("lookupkit.bench.probe", "replay", str(eval_tokens), "--lcs", str(cache),
+    cmd = python_module("lookupkit.bench.startup_probe", "replay", str(eval_tokens), "--lcs", str(cache),
                         "--ctx", str(n_ctx), "--draft", str(n_draft), "--hold")
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(n)]
     try:

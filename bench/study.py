@@ -150,7 +150,7 @@ class Study:
 
     def open_cache(self, size: int, lkc: Path) -> None:
         for cold in (False, True):
-            r = run(python_module("lookupkit.bench.probe", "open", str(lkc), "--runs", str(self.cfg.open_runs),
+            r = run(python_module("lookupkit.bench.startup_probe", "open", str(lkc), "--runs", str(self.cfg.open_runs),
                                   *(["--cold"] if cold else [])))
             self.record(kind="open_cold" if cold else "open_warm", impl="lookupkit", size=size, runs=[_run(r)])
 
@@ -158,7 +158,7 @@ class Study:
         cfg = self.cfg
         for d in cfg.drafts:
             args = [str(cfg.eval_tokens), "--ctx", str(cfg.n_ctx), "--draft", str(d)] + (["--lcs", str(lkc)] if lkc else [])
-            runs = [run(python_module("lookupkit.bench.probe", "replay", *args)) for _ in range(cfg.runs)]
+            runs = [run(python_module("lookupkit.bench.startup_probe", "replay", *args)) for _ in range(cfg.runs)]
             self.record(kind=f"replay_d{d}", impl="lookupkit", size=size, runs=[_run(r) for r in runs])
             if self.driver:
                 lcs = cfg.workdir / f"static-{size}.lcs" if lkc else None

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..cachedir import ensure_dir
+from ..files import ensure_dir
 from ..errors import InputError
 from .common import guarded
 

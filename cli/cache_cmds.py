@@ -10,8 +10,10 @@ from typing import Optional
 
 import typer
 
+from .. import formats
 from ..errors import InputError
 from ..static import StaticCache
+from ..tokenizer import Tokenizer
 from .common import guarded, print_json
 
 PATH = typer.Argument(..., help="cache file: .lkc, .lkc.zst, .ggngcmap or llama.cpp legacy (.lcs)")
@@ -88,17 +90,25 @@ def convert(src: Path = typer.Argument(..., help="input cache file (any format)"
                                                  "(default: from the output's extension)"),
             no_keys: bool = typer.Option(False, "--no-keys", help="lkc: omit the key sections (smaller file; listing, "
                                          "converting and verifying then recover keys from the constmap)"),
+            model: Optional[Path] = typer.Option(None, "-m", "--model", help="lkc: record this vocabulary (GGUF or "
+                                                 "tokenizer.json) in the output, e.g. for a cache converted from "
+                                                 ".lcs/.ggngcmap, which record none"),
             ) -> None:
     """Convert a cache file to another format (through the canonical table, written atomically)."""
-    from .. import formats
-
     fmt = formats.format_for_path(dst, format)
     if no_keys and fmt not in ("lkc", "lkc.zst"):
         raise InputError(f"--no-keys applies to lkc output only ({fmt} files never or always store keys)")
+    if model is not None and fmt not in ("lkc", "lkc.zst"):
+        raise InputError(f"-m applies to lkc output only ({fmt} files cannot record a vocabulary)")
+    tok = Tokenizer.from_file(model) if model is not None else None
     with StaticCache.open(src) as cache:
+        if tok is not None and cache.vocab_fingerprint is not None:
+            cache.check_vocab(tok)  # replacing a recorded vocabulary by another would mislabel the cache
         table = cache.to_table()
         meta = {k: cache.meta.get(k) for k in ("vocab", "corpus", "build")}
         src_format = cache.format
+    if tok is not None:
+        meta["vocab"] = {"name": tok.name, "n_vocab": tok.n_vocab, "fingerprint": tok.fingerprint}
     meta["build"] = {**(meta["build"] or {}), "converted_from": {"format": src_format, "file": src.name}}
     formats.write_table(table, dst, fmt, meta=meta, keys=not no_keys)
     typer.echo(f"wrote {dst} ({fmt}, {dst.stat().st_size:,} bytes): {table.n_keys:,} 2-grams, "

@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import warnings
 from typing import Any, Callable
 
 import typer
 from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 
-from ..errors import LookupkitError
+from ..errors import LookupkitError, LookupkitWarning
 
 EXIT_ERROR = 2
 
@@ -28,7 +29,10 @@ def guarded(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", LookupkitWarning)
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
         except LookupkitError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
@@ -40,6 +44,13 @@ def guarded(fn: Callable) -> Callable:
             raise typer.Exit(1)
 
     return wrapper
+
+
+def _show_warning(message, category, *_args, **_kwargs) -> None:
+    if issubclass(category, LookupkitWarning):
+        typer.echo(f"warning: {message}", err=True)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, *_args[:2]))
 
 
 def run(app: typer.Typer) -> None:
@@ -59,7 +70,7 @@ def run(app: typer.Typer) -> None:
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         typer.echo(f"error: {exc.format_message()}{hint}", err=True)
         code = exc.exit_code
-    except cx.Abort:
+    except getattr(cx, "Abort", ()):  # (typer's vendored click has no Abort)
         typer.echo("error: interrupted", err=True)
         code = 130
     except cx.ClickException as exc:

@@ -53,7 +53,8 @@ def create(
     default_corpus: bool = typer.Option(False, "--default-corpus", help="Use this Python's standard-library "
                                         "sources as the corpus (no download)."),
     model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary: a GGUF file or a HF "
-                                         "tokenizer.json (default: the bundled gpt-2 vocabulary)."),
+                                         "tokenizer.json (default: the bundled gpt-2 vocabulary for text; for "
+                                         "--tokens alone, none is recorded)."),
     format: Optional[str] = typer.Option(None, "--format", metavar="FORMAT", help="lkc, lkc.zst, ggngcmap or llama."),
     max_bytes: Optional[str] = typer.Option(None, "--max-bytes", metavar="SIZE", help="Use only the first N bytes of text "
                                             "(25MB = 25*10^6, 25MiB = 25*2^20, or a byte count), cut at a line end."),
@@ -74,7 +75,8 @@ def create(
                + ([StdlibCorpus()] if default_corpus else []))
     if not sources:
         raise InputError("no corpus given: pass -f FILE, --dataset SPEC, --tokens FILE or --default-corpus")
-    tokenizer = _tokenizer(model)
+    only_ids = all(isinstance(s, TokenFile) for s in sources)
+    tokenizer = None if model is None and only_ids else _tokenizer(model)  # ids alone: record no vocabulary
     show = not (quiet or as_json)
     summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
                            progress=(lambda bytes_mode: progress(True, bytes_mode)) if show else None,
@@ -86,7 +88,7 @@ def create(
 
 
 def _tokenizer(model: Path | None):
-    from ..tokenizer import Tokenizer
+    from ..tokenizer.encode import Tokenizer
 
     return Tokenizer.from_file(model) if model is not None else Tokenizer.default()
 
@@ -96,7 +98,8 @@ def summary_lines(s: dict) -> list[str]:
     sec = s["seconds"]
     lines = [
         f"wrote {s['output']} ({s['format']}, {s['file_bytes']:,} bytes)",
-        f"  vocab      {s['vocab']['name']} ({s['vocab']['n_vocab']:,} tokens, {s['vocab']['fingerprint'][:16]})",
+        (f"  vocab      {s['vocab']['name']} ({s['vocab']['n_vocab']:,} tokens, {s['vocab']['fingerprint'][:16]})"
+         if s["vocab"] else "  vocab      none recorded (token ids without -m: any id 0..2^31-1 accepted)"),
         f"  corpus     {len(s['sources'])} document(s), {s['n_bytes']:,} bytes, {s['n_tokens']:,} tokens "
         f"({s['reused_tokens']:,} from the token cache)",
         f"  cache      {s['n_2grams']:,} 2-grams, {s['n_pairs']:,} (token, count) pairs",

@@ -14,10 +14,11 @@ from typing import List, Optional
 import typer
 
 from .. import formats
+from ..counts.dict_cache import merge_tables
+from ..counts.tables import NgramTable, StaticTable
 from ..errors import InputError, VocabMismatchError
-from ..ngram_cache import load_table, merge_tables, save_table
+from ..formats import llama
 from ..static import StaticCache
-from ..table import NgramTable, StaticTable
 from .common import guarded, run
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -41,7 +42,7 @@ def merge(
     merged = merge_tables(tables)
     fmt = formats.format_for_path(out, format) if format else _format_of(out)
     if fmt == "llama":
-        save_table(merged, out)
+        llama.save(merged, out)
     else:
         if len(merged.ngrams) and not (merged.sizes == 2).all():
             raise InputError(f"{out}: the {fmt} format holds 2-grams only, but the inputs hold n-grams of sizes "
@@ -54,7 +55,7 @@ def merge(
 def read_any(path: Path) -> tuple[NgramTable, dict | None]:
     """A cache file of any format as an NgramTable, plus its vocabulary metadata (None if it has none)."""
     if formats.detect(path) == "llama":
-        return load_table(path), None
+        return llama.read_file(path), None
     with StaticCache.open(path) as cache:
         return cache.to_table().to_ngrams(), cache.meta.get("vocab")
 

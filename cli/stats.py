@@ -16,16 +16,18 @@ from typing import Optional
 
 import typer
 
-from .. import ngram_source
-from ..atomic import atomic_writer
+from ..corpora import read_token_file, tokenize_text_file
 from ..errors import InputError
-from ..formats import llama
+from ..files import atomic_writer
+from ..formats import llama, read_ngrams
 from ..memory import peak_rss_bytes
-from ..ngram_cache import load_table, save_table
-from ..ngram_source import check_params, replay_ngram
-from ..replay import DEFAULT_DRAFT, check_args, load_tokens, replay, tokenize_file
-from ..sweep import default_grid, expected_speedup, sweep as run_sweep, sweep_table
-from ..trace import ReplayTrace
+from ..replay import longest_match
+from ..replay.run import replay
+from ..replay.sweep import default_grid, expected_speedup, sweep as run_sweep, sweep_table
+from ..replay.trace import ReplayTrace
+from ..rules import DEFAULT_DRAFT, SOURCE_LEGEND, check_replay
+from ..static import StaticCache
+from ..tokenizer import Tokenizer
 from .common import guarded, print_json, run
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -75,15 +77,15 @@ def stats(
     ngram = source is Source.ngram
     _check_combination(ngram, engine, sweep, lcs=lcs, lcd=lcd, save_dynamic=save_dynamic, dump=dump,
                        ngram_min_match=min_match, ngram_max_match=max_match)
-    ids, fingerprint = _input_tokens(file, model, tokens)
+    ids, vocab = _input_tokens(file, model, tokens)
     if n_draft is None and not sweep:  # a sweep without --draft sweeps it
-        n_draft = ngram_source.DEFAULT_DRAFT if ngram else DEFAULT_DRAFT
-    max_match = ngram_source.DEFAULT_MAX_MATCH if max_match is None else max_match
-    one_min_match = min(ngram_source.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
-    check_args(len(ids), ctx_size, 1 if n_draft is None else n_draft)  # before any cache is loaded
+        n_draft = longest_match.DEFAULT_DRAFT if ngram else DEFAULT_DRAFT
+    max_match = longest_match.DEFAULT_MAX_MATCH if max_match is None else max_match
+    one_min_match = min(longest_match.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
+    check_replay(len(ids), ctx_size, 1 if n_draft is None else n_draft)  # before any cache is loaded
     if ngram:
-        check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
-    static, dynamic, t_static, t_load = _load_caches(lcs, lcd, fingerprint, ids)
+        longest_match.check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
+    static, dynamic, t_static, t_load = _load_caches(lcs, lcd, vocab, ids)
     if sweep:
         rows = run_sweep(ids, static, dynamic, default_grid(source.value, n_draft, min_match, max_match),
                          n_ctx=ctx_size, source=source.value, verify_cost=verify_cost)
@@ -91,29 +93,30 @@ def stats(
                      t_load_ms=t_load * 1e3)
         return
     if ngram:
-        trace, final_dynamic = replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
+        trace, final_dynamic = longest_match.replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
     else:
         trace, final_dynamic = replay(ids, ctx_size, n_draft, static, dynamic, engine=engine.value)
     trace.t_load_s = t_load
-    trace.extra.update(source=source.value, engine=engine.value, n_input=len(ids), t_static_open_ms=t_static * 1e3,
-                       peak_rss_mb=peak_rss_bytes() / 1e6)
+    trace.extra.update(source=source.value, engine=engine.value, n_input=len(ids), peak_rss_mb=peak_rss_bytes() / 1e6)
+    if static is not None:
+        trace.extra.update(t_static_open_ms=t_static * 1e3)
     if verify_cost is not None:
         trace.extra.update(expected_speedup(trace, verify_cost))
     if dump:
         _write_lines(dump, trace.steps_lines())
     if save_dynamic:
-        save_table(final_dynamic, save_dynamic)
+        llama.save(final_dynamic, save_dynamic)
     if as_json:
         print_json(trace.summary())
     else:
         typer.echo("\n".join(report_lines(trace)))
 
 
-def _load_caches(lcs: Path | None, lcd: Path | None, fingerprint: str | None, ids):
+def _load_caches(lcs: Path | None, lcd: Path | None, vocab, ids):
     """(static, dynamic table, static open seconds, both loads' seconds = llama.cpp's t_draft_flat)."""
     llama.read(b"")  # load the compiled legacy reader first, so JIT start-up is not timed as file loading
     t0 = time.perf_counter()
-    static = _open_static(lcs, fingerprint, ids) if lcs else None
+    static = _open_static(lcs, vocab, ids) if lcs else None
     t_static = time.perf_counter() - t0
     dynamic = _load_dynamic(lcd) if lcd else None
     return static, dynamic, t_static, time.perf_counter() - t0
@@ -145,23 +148,19 @@ def _check_combination(ngram: bool, engine: Engine, sweep: bool, **given) -> Non
 
 
 def _input_tokens(file: Path | None, model: Path | None, tokens: Path | None):
-    """The replay input and the vocabulary fingerprint it was tokenized with (None for --tokens)."""
+    """The replay input and the Tokenizer it was tokenized with (None for --tokens)."""
     if (file is None) == (tokens is None):
         raise InputError("give exactly one input: -f FILE [-m VOCAB] or --tokens FILE")
     if tokens is not None:
         if model is not None:
             raise InputError("-m is only used to tokenize -f; --tokens are already ids")
-        return load_tokens(tokens), None
-    from ..tokenizer import Tokenizer
-
+        return read_token_file(tokens), None
     tok = Tokenizer.from_file(model) if model is not None else Tokenizer.default()
-    return tokenize_file(file, tok), tok.fingerprint
+    return tokenize_text_file(file, tok), tok
 
 
-def _open_static(path: Path, fingerprint: str | None, ids):
-    from ..static import StaticCache
-
-    static = StaticCache.open(path, expect_vocab=fingerprint)
+def _open_static(path: Path, vocab, ids):
+    static = StaticCache.open(path, expect_vocab=vocab)
     static.check_ids(ids)
     return static
 
@@ -169,7 +168,7 @@ def _open_static(path: Path, fingerprint: str | None, ids):
 def _load_dynamic(path: Path):
     if not path.exists():
         raise InputError(f"-lcd {path} does not exist (lookup-stats only reads it; --save-dynamic writes one)")
-    return load_table(path)
+    return read_ngrams(path, "-lcd")
 
 
 def _write_lines(path: Path, lines) -> None:
@@ -179,12 +178,16 @@ def _write_lines(path: Path, lines) -> None:
 
 
 def _c(x: float, spec: str) -> str:
-    """Format like C's printf: nan prints as glibc's "-nan" (x86's 0/0), infinities as "inf"."""
-    if math.isnan(x):
-        return "-nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
+    """Format like C's printf, except that a ratio without data (0/0, x/0: a replay that drafted
+    nothing, where llama.cpp prints "-nan" or "inf") prints "n/a"."""
+    if math.isnan(x) or math.isinf(x):
+        return "n/a"
     return format(x, spec)
+
+
+def _pct(x: float, spec: str) -> str:
+    text = _c(x, spec)
+    return text if text == "n/a" else text + "%"
 
 
 def _ratio(a: float, b: float) -> float:
@@ -206,11 +209,11 @@ def report_lines(trace: ReplayTrace) -> list[str]:
         f"t_draft      = {t_us * 1e-3:.2f} ms, {_c(_ratio(t_us, s['n_drafted']), '.2f')} us per token, "
         f"{_c(_ratio(s['n_drafted'], 1e-6 * t_us), '.2f')} tokens per second",
         f"n_accept     = {s['n_accept']}",
-        f"accept       = {_c(_ratio(100.0 * s['n_accept'], s['n_drafted']), '.3f')}%",
+        f"accept       = {_pct(_ratio(100.0 * s['n_accept'], s['n_drafted']), '.3f')}",
         "",
         f"draft_calls  = {s['draft_calls']}",
         f"drafted      = {s['drafted_steps']} calls "
-        f"({_c(_ratio(100.0 * s['drafted_steps'], s['draft_calls']), '.2f')}% coverage)",
+        f"({_pct(_ratio(100.0 * s['drafted_steps'], s['draft_calls']), '.2f')} coverage)",
         f"tok/verify   = {_c(s['tokens_per_verify'] or math.nan, '.4f')} (accepted + 1 per call)",
         "accepted at draft position k (calls whose first k drafted tokens were all accepted):",
         "  " + " ".join(f"{k}:{n}" for k, n in enumerate(s["accepted_per_position"], 1)),
@@ -219,10 +222,13 @@ def report_lines(trace: ReplayTrace) -> list[str]:
         lines.append("per source    drafted   accepted   accept")
         lines += [f"  {name:<8} {v['drafted']:>10} {v['accepted']:>10} {v['accept']:>7.3f}%"
                   for name, v in s["per_source"].items()]
+        lines.append("  (" + SOURCE_LEGEND + ")")
     if "verify_cost" in s:
         lines.append(f"speed-up     = {_c(s['speedup'] or math.nan, '.3f')}x over plain decoding at verify cost "
                      f"{s['verify_cost']:g} (breaks even at {_c(s['break_even_cost'] or math.nan, '.3f')})")
-    lines += [f"t_static_open= {s['t_static_open_ms']:.2f} ms", f"peak_rss     = {s['peak_rss_mb']:.1f} MB"]
+    if "t_static_open_ms" in s:
+        lines.append(f"t_static_open= {s['t_static_open_ms']:.2f} ms")
+    lines.append(f"peak_rss     = {s['peak_rss_mb']:.1f} MB")
     return lines
 
 

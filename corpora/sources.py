@@ -16,10 +16,11 @@ import numpy as np
 import zstandard
 
 from ..errors import InputError
+from ..token_ids import token_ids
+from ..files import ZSTD_MAGIC, open_input
 
 BLOCK = 4 * 2**20
 ZSTD_INPUT = 2**20  # compressed bytes per step (output is ~3-5x for text)
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 NPY_MAGIC = b"\x93NUMPY"
 TOKEN_SLICE = 4 * 2**20
 
@@ -33,16 +34,6 @@ def validated(blocks: Iterator[bytes], name: str) -> Iterator[bytes]:
         raise InputError(f"corpus {name} looks binary (it contains NUL bytes); a corpus must be text")
     yield first
     yield from blocks
-
-
-def _open_error(kind: str, path: Path, exc: OSError) -> InputError:
-    if isinstance(exc, FileNotFoundError):
-        return InputError(f"{kind} {path} does not exist")
-    if isinstance(exc, IsADirectoryError) or path.is_dir():
-        return InputError(f"{kind} {path} is a directory, not a file")
-    if isinstance(exc, PermissionError):
-        return InputError(f"cannot read {kind} {path}: permission denied")
-    return InputError(f"cannot read {kind} {path}: {exc.strerror or exc}")
 
 
 class TextFile:
@@ -83,11 +74,7 @@ class TextFile:
     def _raw_blocks(self) -> Iterator[bytes]:
         if self.path.is_dir():
             raise InputError(f"corpus {self.path} is a directory; pass the files inside it with -f")
-        try:
-            f = open(self.path, "rb")
-        except OSError as exc:
-            raise _open_error("corpus", self.path, exc) from None
-        with f:
+        with open_input(self.path, "corpus") as f:
             try:
                 compressed = f.read(4) == ZSTD_MAGIC
                 if not compressed and self.path.suffix == ".zst":
@@ -159,11 +146,8 @@ class TokenFile:
         p = self.path
         if p.is_dir():
             raise InputError(f"token file {p} is a directory, not a file")
-        try:
-            with open(p, "rb") as f:
-                head = f.read(len(NPY_MAGIC))
-        except OSError as exc:
-            raise _open_error("token file", p, exc) from None
+        with open_input(p, "token file") as f:
+            head = f.read(len(NPY_MAGIC))
         ids = self._open_npy() if head == NPY_MAGIC else self._open_raw()
         if len(ids) == 0:
             raise InputError(f"token file {p} holds no tokens (empty token stream)")
@@ -187,3 +171,8 @@ class TokenFile:
             raise InputError(f"token file {self.path} holds a {ids.ndim}-D {ids.dtype} array; "
                              "expected a 1-D int32 or int64 array of token ids")
         return ids
+
+
+def read_token_file(path: str | os.PathLike) -> np.ndarray:
+    """Token ids (--tokens): raw little-endian int32 (.i32 or any name) or a 1-D integer .npy, validated."""
+    return token_ids(TokenFile(path).ids(), f"token file {path}")

@@ -25,9 +25,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .. import __version__
-from ..tokenizer import SAFE_CUT
-from ..tokstore import HEAD_BYTES, Checkpoint, Entry, EntryWriter, TokenStore
+from .._version import __version__
+from ..tokenizer.encode import SAFE_CUT
+from ..tokenizer.store import HEAD_BYTES, Checkpoint, Entry, EntryWriter, TokenStore
+from .sources import TextFile
 from .stream import Budget, Consumed, Utf8Decoder
 
 SEGMENT_BYTES = 2**20
@@ -80,10 +81,17 @@ class DocTokens:
                 part[0].close()
 
 
-def tokenize_source(source, budget: Budget, tokenizer, store: TokenStore,
+def tokenize_source(source, budget: Budget, tokenizer, store: TokenStore | None,
                     on_bytes: Callable[[int], None] | None = None) -> DocTokens:
-    """Tokenize (or reuse) one text source as consumed under `budget`."""
+    """Tokenize (or reuse) one text source as consumed under `budget`; store=None: in memory only."""
     return _Tokenization(source, budget, tokenizer, store, on_bytes or (lambda n: None)).run()
+
+
+def tokenize_text_file(path, tokenizer) -> np.ndarray:
+    """Ids of a text file (-f) as llama.cpp's lookup tools get them: the whole file, one trailing "\\n"
+    cut, special tokens added and parsed (lookup-create's document rule), in memory, no token store."""
+    doc = tokenize_source(TextFile(path), Budget(None), tokenizer, None)
+    return np.concatenate([np.asarray(a, dtype=np.int32) for a in doc.arrays()] or [np.empty(0, np.int32)])
 
 
 class _Tokenization:
@@ -111,7 +119,7 @@ class _Tokenization:
             if len(head) >= HEAD_BYTES:
                 break
         self.lookup = TokenStore.lookup_key(hashlib.sha256(head[:HEAD_BYTES]).hexdigest(), self.vocab, self.mode)
-        candidates = self.store.candidates(self.lookup, self.vocab, self.mode) if head else []
+        candidates = self.store.candidates(self.lookup, self.vocab, self.mode) if head and self.store else []
         if candidates:
             self.entry, self.ahead = candidates[0], deque(candidates[0].checkpoints)
             for other in candidates[1:]:
@@ -141,7 +149,7 @@ class _Tokenization:
     def _follow_entry(self) -> None:
         end = self.buf_start + len(self.buf)
         if self.entry is None:
-            return self._start_tokenizing(store=True)
+            return self._start_tokenizing(store=self.store is not None)
         while self.ahead and self.ahead[0].byte + 2 <= end:
             cp = self.ahead.popleft()
             self._hash_to(cp.byte)
@@ -175,7 +183,7 @@ class _Tokenization:
             self._hash_to(pos)
             del self.buf[:cut]
             self.buf_start, self.scan_from = pos, 0
-            if hashable:
+            if hashable and self.writer is not None:
                 self.writer.checkpoint(Checkpoint(pos, self.writer.n_tokens, self.sha.copy().hexdigest(),
                                                   self.anchor.replaced + self.decoder.replaced_bytes))
 
@@ -231,7 +239,7 @@ class _Tokenization:
             doc.reused_tokens = self.anchor.token
             if self.anchor.token:
                 doc.parts.append((self.entry, self.anchor.token))
-            else:
+            elif self.entry is not None:
                 self.entry.close()
             doc.parts += self.fresh
             return doc

@@ -1,126 +1,103 @@
-"""The one registry of static cache file formats: detect, read into a StaticTable, write from one.
+"""Static cache file formats: one registry (name, magic, extensions, open, write), one module per format.
 
-Formats: `lkc` (lookupkit's own, SPEC.md), `lkc.zst` (the same, zstd-compressed), `ggngcmap` (the
-constmap fork's file) and `llama` (llama.cpp's legacy -lcs file). Conversions always go through
-StaticTable, never format to format. Reading detects by magic where a format has one (the legacy file
-has none), by extension otherwise.
+`lkc` (lookupkit's own, SPEC.md), `lkc.zst` (the same, zstd-compressed), `ggngcmap` (the constmap
+fork's file) and `llama` (llama.cpp's legacy -lcs/-lcd file). Reading detects by magic where a format
+has one (the legacy file has none), by extension otherwise; conversions always go through a
+StaticTable, never format to format (`lookupkit.static.read_table` reads any format into one).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
-import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Callable
 
-import numpy as np
-
-from ..atomic import atomic_writer
+from ..counts.tables import NgramTable, StaticTable
 from ..errors import FormatError, InputError
-from ..table import StaticTable
+from ..files import atomic_writer, open_input
 from . import ggngcmap, lkc, llama, zst
+from .lkc import in_memory
+from .mapped import Mapped
 
-FORMATS = ("lkc", "lkc.zst", "ggngcmap", "llama")
-EXTENSIONS = {".lkc.zst": "lkc.zst", ".lkc": "lkc", ".ggngcmap": "ggngcmap", ".lcs": "llama", ".lcd": "llama"}
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    magic: tuple[bytes, ...]  # the file starts with one of these; () = no magic
+    extensions: tuple[str, ...]
+    open: Callable[[Path], Mapped]
+    write: Callable[[BinaryIO, StaticTable, dict | None, bool], None]  # (f, table, meta, keys)
+    what: str
+
+
+REGISTRY = (
+    Format("lkc", (lkc.MAGIC,), (".lkc",), lkc.open_file, lkc.write_file, "a lookupkit cache (.lkc)"),
+    Format("lkc.zst", (zst.MAGIC,), (".lkc.zst",), zst.open_file, zst.write_file, "zstd-compressed"),
+    Format("ggngcmap", (ggngcmap.MAGIC, ggngcmap.MAGIC[::-1]), (".ggngcmap",), ggngcmap.open_file,
+           ggngcmap.write_file, "a ggngcmap file"),
+    Format("llama", (), (".lcs", ".lcd"), llama.open_file, llama.write_file, "a llama.cpp legacy cache"),
+)
+BY_NAME = {f.name: f for f in REGISTRY}
+FORMATS = tuple(BY_NAME)
+MAGIC_BYTES = max(len(m) for f in REGISTRY for m in f.magic)
+
+
+def _by_extension(path: Path) -> Format | None:
+    name = path.name.lower()
+    ends = sorted(((ext, f) for f in REGISTRY for ext in f.extensions), key=lambda e: -len(e[0]))
+    return next((f for ext, f in ends if name.endswith(ext)), None)
 
 
 def format_for_path(path: str | os.PathLike, format: str | None = None) -> str:
     """The format to write: `format` if given (checked), else from the file name's extension."""
     if format is not None:
-        if format not in FORMATS:
+        if format not in BY_NAME:
             raise InputError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
         return format
     fmt = _by_extension(Path(path))
     if fmt is None:
-        raise InputError(f"cannot tell the format of {path} from its extension; name it "
-                         f"{', '.join('*' + e for e in EXTENSIONS)} or pass --format ({', '.join(FORMATS)})")
-    return fmt
+        exts = ", ".join("*" + e for f in REGISTRY for e in f.extensions)
+        raise InputError(f"cannot tell the format of {path} from its extension; name it {exts} "
+                         f"or pass --format ({', '.join(FORMATS)})")
+    return fmt.name
 
 
-def _by_extension(path: Path) -> str | None:
-    name = path.name.lower()
-    return next((fmt for ext, fmt in EXTENSIONS.items() if name.endswith(ext)), None)
-
-
-def _open_regular(path: Path) -> int:
-    """An O_RDONLY descriptor of a regular file, or a one-line InputError."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise InputError(f"{path} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory, not a cache file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise InputError(f"{path} is {'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}, not a cache file")
-    return fd
-
-
-def map_file(path: str | os.PathLike) -> mmap.mmap:
-    """The whole file mapped read-only and shared (pages are shared by every process mapping it)."""
-    path = Path(path)
-    fd = _open_regular(path)
-    try:
-        if os.fstat(fd).st_size == 0:
-            raise FormatError(f"{path} is empty")
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
-        raise InputError(f"cannot map {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+def _magic_of(path: Path) -> bytes:
+    with open_input(path, "cache file") as f:
+        return f.read(MAGIC_BYTES)
 
 
 def detect(path: str | os.PathLike) -> str:
-    """The format of an existing file: by magic for lkc, lkc.zst and ggngcmap, else llama (no magic)."""
+    """The format of an existing file: by magic where the format has one, else llama (no magic)."""
     path = Path(path)
-    fd = _open_regular(path)
-    try:
-        magic = os.pread(fd, 8, 0)
-    finally:
-        os.close(fd)
-    if magic == lkc.MAGIC:
-        return "lkc"
-    if magic in (ggngcmap.MAGIC, ggngcmap.MAGIC[::-1]):
-        return "ggngcmap"
-    if magic[:4] == zst.MAGIC:
-        return "lkc.zst"
-    claimed = _by_extension(path) or ("lkc.zst" if path.name.lower().endswith(".zst") else None)
-    if claimed not in (None, "llama"):
-        what = "zstd-compressed" if claimed == "lkc.zst" else f"a {claimed} file"
-        raise FormatError(f"{path} is not {what} (wrong magic: it starts with {magic!r})")
+    head = _magic_of(path)
+    for fmt in REGISTRY:
+        if any(head.startswith(m) for m in fmt.magic):
+            return fmt.name
+    claimed = _by_extension(path) or (BY_NAME["lkc.zst"] if path.name.lower().endswith(".zst") else None)
+    if claimed is not None and claimed.magic:
+        raise FormatError(f"{path} is not {claimed.what} (wrong magic: it starts with {head[:8]!r})")
     return "llama"
 
 
-def read_legacy_ngrams(path: str | os.PathLike):
-    """A llama.cpp legacy file (-lcs/-lcd, n-grams of 1..4 tokens) as an NgramTable; an empty file is an
-    empty cache, as llama.cpp reads it (the O(n) parse)."""
+def open_mapped(path: str | os.PathLike) -> Mapped:
+    """Any format's file opened for `StaticCache`: .lkc/ggngcmap mapped in O(1), the legacy file parsed."""
     path = Path(path)
-    fd = _open_regular(path)
-    empty = os.fstat(fd).st_size == 0
-    os.close(fd)
-    return llama.read(np.empty(0, np.uint8) if empty else map_file(path), str(path))
+    return BY_NAME[detect(path)].open(path)
 
 
-def read_legacy(path: str | os.PathLike) -> StaticTable:
-    """A llama.cpp legacy file holding 2-grams only (a static cache) as a StaticTable."""
-    table = read_legacy_ngrams(path)
-    try:
-        return StaticTable.from_ngrams(table)
-    except FormatError as exc:
-        raise FormatError(f"{path}: {exc}") from None
-
-
-def read_table(path: str | os.PathLike) -> StaticTable:
-    """Any format's content as a canonical StaticTable (copied out of the file)."""
-    if detect(path) == "llama":
-        return read_legacy(path)
-    from ..static import StaticCache
-
-    with StaticCache.open(path) as cache:
-        return cache.to_table()
+def read_ngrams(path: str | os.PathLike, what: str = "dynamic cache") -> NgramTable:
+    """A llama.cpp legacy file of 1..4-grams (-lcd, -lcs) as an NgramTable; a file of another format is
+    refused by name (a .lkc given as -lcd)."""
+    path = Path(path)
+    head = _magic_of(path)
+    for fmt in REGISTRY:
+        if any(head.startswith(m) for m in fmt.magic):
+            raise InputError(f"{what} {path} is {fmt.what}, a static cache; the {what} must be a llama.cpp "
+                             f"legacy file (.lcd, as written by --save-dynamic or llama-lookup); pass a static "
+                             f"cache with -lcs")
+    return llama.read_file(path)
 
 
 def write_table(table: StaticTable, path: str | os.PathLike, format: str | None = None, meta: dict | None = None,
@@ -132,13 +109,9 @@ def write_table(table: StaticTable, path: str | os.PathLike, format: str | None 
     """
     fmt = format_for_path(path, format)
     with atomic_writer(path) as f:
-        if fmt == "lkc":
-            lkc.write(f, table, meta, keys)
-        elif fmt == "lkc.zst":
-            with zst.compressing(f) as z:
-                lkc.write(z, table, meta, keys)
-        elif fmt == "ggngcmap":
-            ggngcmap.write(f, table)
-        else:
-            f.write(llama.encode(table.to_ngrams()).view(np.uint8))
+        BY_NAME[fmt].write(f, table, meta, keys)
     return fmt
+
+
+__all__ = ["FORMATS", "REGISTRY", "Format", "Mapped", "detect", "format_for_path", "in_memory", "open_mapped",
+           "read_ngrams", "write_table"]

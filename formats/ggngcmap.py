@@ -10,28 +10,32 @@ vocabulary and no version: turning it back into a table needs `keyrecovery`.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from .. import constmap
+from ..counts.tables import StaticTable
 from ..errors import FormatError
-from ..table import StaticTable
+from ..files import map_file, unmap
+from . import vmap
 from .lkc import constmap_section
+from .mapped import Mapped
 
 MAGIC = b"ggngcmap"
 HEADER = struct.Struct("<8sQQ")
 
 
-def write(f: BinaryIO, table: StaticTable) -> None:
-    """Write `table` (runs in canonical order) as a ggngcmap file to the binary stream `f`."""
-    cmap = constmap.build(table.keys, table.spans())
+def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
+    """Write `table` (runs in canonical order) as a ggngcmap file to `f` (no keys, no metadata: the format
+    has no room for them)."""
+    cmap = vmap.build(table.keys, table.spans())
     f.write(HEADER.pack(MAGIC, table.n_pairs, len(cmap)))
     f.write(np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1).view(np.uint8))
     f.write(cmap)
 
 
-def parse(buf, name: str) -> tuple[np.ndarray, constmap.ConstMapView]:
+def parse(buf, name: str) -> tuple[np.ndarray, vmap.ConstMapView]:
     """Check the header and sizes (O(1)) and return the pairs view and the constmap view."""
     size = len(buf)
     if size < HEADER.size:
@@ -48,3 +52,14 @@ def parse(buf, name: str) -> tuple[np.ndarray, constmap.ConstMapView]:
     if cmap.n_keys > n_entries:
         raise FormatError(f"{name}: corrupted ggngcmap file: {cmap.n_keys} 2-grams cannot share {n_entries} pairs")
     return pairs, cmap
+
+
+def open_file(path: Path) -> Mapped:
+    """Mapped read-only in O(1)."""
+    mm = map_file(path, "cache file")
+    try:
+        pairs, cmap = parse(mm, str(path))
+    except BaseException:
+        unmap(mm)
+        raise
+    return Mapped("ggngcmap", {}, pairs, cmap, mm, HEADER.size + pairs.nbytes, mm=mm, path=path)

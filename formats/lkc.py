@@ -13,15 +13,19 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import warnings
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from .. import __version__
-from .. import constmap
-from ..cachestats import follower_stats
-from ..errors import FormatError, InputError
-from ..table import StaticTable
+from .._version import __version__
+from ..counts.follower_stats import follower_stats
+from ..counts.tables import StaticTable
+from ..errors import FormatError, InputError, LookupkitWarning
+from ..files import map_file, unmap
+from . import vmap
+from .mapped import Mapped
 
 MAGIC = b"LKCACHE\x00"
 VERSION = 1
@@ -30,10 +34,16 @@ PREAMBLE = struct.Struct("<8sIIQ32sQ")  # magic, version, byte order, header len
 ALIGN = 4096  # the writer starts every section on a page; readers require 8
 MIN_ALIGN = 8
 MAX_HEADER = 16 * 2**20
+MAX_KEY_INDEX = 64 * 2**20  # a dense key_t0_offsets larger than this (and than 8 B per 2-gram) is left out
 
 # name: (dtype, number of trailing dims); shapes are [rows] or [rows, 2]
 SECTIONS = {"pairs": ("<i4", 2), "constmap": ("|u1", 1), "key_t0_offsets": ("<u4", 1), "key_t1": ("<i4", 1)}
 KEY_SECTIONS = ("key_t0_offsets", "key_t1")
+
+
+def _dense_index_bytes(keys: np.ndarray) -> int:
+    """Size of key_t0_offsets: 4 B for every first-token id up to the largest (it is dense)."""
+    return 4 * (int(keys[:, 0].max()) + 2) if len(keys) else 4
 
 
 def key_sections(keys: np.ndarray) -> dict[str, np.ndarray]:
@@ -93,11 +103,17 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def write(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> dict:
+def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> dict:
     """Write `table` as a .lkc file to the binary stream `f` (sequentially); returns the header."""
     meta = check_meta(meta or {}, table)
-    cmap = np.frombuffer(constmap.build(table.keys, table.spans()), dtype=np.uint8)
+    cmap = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
+    if keys and _dense_index_bytes(table.keys) > max(MAX_KEY_INDEX, 8 * len(table.keys)):
+        warnings.warn(LookupkitWarning(
+            f"2-grams start with token ids up to {int(table.keys[:, 0].max()):,}: the key index would take "
+            f"{_dense_index_bytes(table.keys):,} bytes, so the keys are left out of the file (it drafts the "
+            f"same; listing and converting it need the keys recovered from its constmap)"), stacklevel=2)
+        keys = False
     if keys:
         arrays.update(key_sections(table.keys))
     stats = follower_stats(np.diff(table.offsets), table.pairs[:, 1])
@@ -132,10 +148,10 @@ def write(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool 
     return header
 
 
-def constmap_section(buf, offset: int, length: int, name: str) -> constmap.ConstMapView:
-    """constmap.parse (O(1): the header only), its errors naming the file."""
+def constmap_section(buf, offset: int, length: int, name: str) -> vmap.ConstMapView:
+    """vmap.parse (O(1): the header only), its errors naming the file."""
     try:
-        return constmap.parse(buf, offset, length)
+        return vmap.parse(buf, offset, length)
     except FormatError as exc:
         raise FormatError(f"{name}: {exc}") from None
 
@@ -150,7 +166,7 @@ def _uint(value, what: str, name: str) -> int:
     return value
 
 
-def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], constmap.ConstMapView]:
+def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], vmap.ConstMapView]:
     """Validate preamble, header and section geometry (O(1) in the data); return header, views, constmap.
 
     `buf` is the whole file (an mmap); only the preamble and the header are read.
@@ -232,7 +248,7 @@ def _section_views(buf, sections: dict, data_start: int, name: str) -> dict[str,
     return views
 
 
-def _check_counts(header: dict, views: dict, cmap: constmap.ConstMapView, name: str) -> None:
+def _check_counts(header: dict, views: dict, cmap: vmap.ConstMapView, name: str) -> None:
     """The numbers the header, the sections and the constmap state about the content agree."""
     stats = header.get("stats")
     if not isinstance(stats, dict):
@@ -293,3 +309,27 @@ def verify_sections(buf, header: dict, name: str) -> list[str]:
             raise FormatError(f"{name}: section '{sec}' does not match its sha256 (the file is corrupted)")
         checked.append(sec)
     return checked
+
+
+def open_file(path: Path, name: str | None = None) -> Mapped:
+    """Mapped read-only in O(1): preamble, header and section geometry checked, nothing else read."""
+    mm = map_file(path, "cache file")
+    try:
+        header, views, cmap = parse(mm, name or str(path))
+    except BaseException:
+        unmap(mm)
+        raise
+    key_views = {k: views[k] for k in KEY_SECTIONS if k in views} or None
+    return Mapped("lkc", header, views["pairs"], cmap, mm, header["sections"]["constmap"]["offset"],
+                  key_views=key_views, mm=mm, path=path)
+
+
+def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memory") -> Mapped:
+    """A table as a Mapped, its constmap built here (O(n))."""
+    buf = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
+    pairs = np.ascontiguousarray(table.pairs, dtype=np.int32).reshape(-1, 2).view()
+    pairs.flags.writeable = False
+    keys = np.ascontiguousarray(table.keys, dtype=np.int32).reshape(-1, 2)
+    cmap = constmap_section(buf, 0, len(buf), "in-memory cache")
+    meta = {**(meta or {}), **check_meta(meta or {}, table)}
+    return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys)

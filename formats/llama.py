@@ -9,11 +9,18 @@ so files are compared by content, never byte for byte).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import BinaryIO
+
 import numpy as np
 from numba import njit
 
+from ..counts.tables import NgramTable, StaticTable
 from ..errors import FormatError
-from ..table import NgramTable
+from ..files import atomic_writer, map_file, open_input
+from .lkc import in_memory
+from .mapped import Mapped
 
 
 @njit(cache=True)
@@ -65,7 +72,9 @@ def read(data: bytes | memoryview | np.ndarray, name: str = "legacy cache") -> N
     if err:
         what = {1: "ends inside a record (truncated)", 2: "has a record with ntokens <= 0",
                 3: "has a follower count <= 0"}[err]
-        raise FormatError(f"{name} is not a valid llama.cpp n-gram cache: it {what} at byte {4 * where}")
+        other = (", nor a cache of any other known format (it has no .lkc, .lkc.zst or ggngcmap magic)"
+                 if where == 0 else "")
+        raise FormatError(f"{name} is not a valid llama.cpp n-gram cache: it {what} at byte {4 * where}{other}")
     n_pairs = (int(where) - 5 * n_records) // 2
     ngrams = np.empty((n_records, 4), dtype=np.int32)
     offsets = np.empty(n_records + 1, dtype=np.int64)
@@ -100,3 +109,37 @@ def encode(table: NgramTable) -> np.ndarray:
     out[pos] = table.pairs[:, 0]
     out[pos + 1] = table.pairs[:, 1]
     return out
+
+
+def read_file(path: str | os.PathLike) -> NgramTable:
+    """A legacy file's n-grams (1..4 tokens); an empty file is an empty cache, as llama.cpp reads it."""
+    path = Path(path)
+    with open_input(path, "cache file") as f:
+        empty = os.fstat(f.fileno()).st_size == 0
+    return read(np.empty(0, np.uint8) if empty else map_file(path, "cache file"), str(path))
+
+
+def read_static(path: str | os.PathLike) -> StaticTable:
+    """A legacy file holding 2-grams only (a static cache, -lcs)."""
+    try:
+        return StaticTable.from_ngrams(read_file(path))
+    except FormatError as exc:
+        raise FormatError(f"{path}: {exc}") if "not a static cache" in str(exc) else exc from None
+
+
+def save(table: NgramTable, path: str | os.PathLike) -> None:
+    """Write `table` as a legacy file, atomically (a failed save leaves `path` untouched)."""
+    with atomic_writer(path) as f:
+        f.write(encode(table).tobytes())
+
+
+def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
+    """The registry's writer: the legacy file stores its keys always and metadata never."""
+    f.write(encode(table.to_ngrams()).tobytes())
+
+
+def open_file(path: Path) -> Mapped:
+    """Parsed (O(n), as llama.cpp loads it) and its constmap built in memory."""
+    mapped = in_memory(read_static(path), format="llama")
+    mapped.path = path
+    return mapped

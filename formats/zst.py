@@ -19,12 +19,13 @@ from typing import BinaryIO, Iterator
 
 import zstandard
 
-from ..atomic import atomic_writer
-from ..cachedir import default_root, ensure_dir
+from ..counts.tables import StaticTable
 from ..errors import FormatError
-from .lkc import MAGIC as LKC_MAGIC
+from ..files import ZSTD_MAGIC, atomic_writer, default_root, ensure_dir, open_input
+from . import lkc
+from .mapped import Mapped
 
-MAGIC = b"\x28\xb5\x2f\xfd"
+MAGIC = ZSTD_MAGIC
 EDGE = 2**16  # bytes hashed at each end for the fingerprint (the last ones hold the zstd checksum)
 CHUNK = 4 * 2**20
 LEVEL = 3
@@ -50,11 +51,11 @@ def unpack(path: str | os.PathLike) -> Path:
     if target.is_file():
         return target
     ensure_dir(target.parent, f"the cache directory for unpacking {path.name}")
-    with open(path, "rb") as src, atomic_writer(target) as dst:
+    with open_input(path, "cache file") as src, atomic_writer(target) as dst:
         try:
             reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(src, read_across_frames=True)
-            head = reader.read(len(LKC_MAGIC))
-            if head != LKC_MAGIC:
+            head = reader.read(len(lkc.MAGIC))
+            if head != lkc.MAGIC:
                 raise FormatError(f"{path}: the zstd stream does not hold a .lkc file (it starts with {head[:8]!r})")
             dst.write(head)
             while chunk := reader.read(CHUNK):
@@ -69,3 +70,16 @@ def compressing(f: BinaryIO) -> Iterator[BinaryIO]:
     """A writer that zstd-compresses into `f` (with a content checksum); `f` stays open."""
     with zstandard.ZstdCompressor(level=LEVEL, write_checksum=True).stream_writer(f, closefd=False) as z:
         yield z
+
+
+def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
+    with compressing(f) as z:
+        lkc.write_file(z, table, meta, keys)
+
+
+def open_file(path: Path) -> Mapped:
+    """Unpacked once into the cache directory, then mapped as a .lkc (reported as format lkc)."""
+    mapped = unpack(path)
+    out = lkc.open_file(mapped, f"{path} (unpacked as {mapped})")
+    out.path = path
+    return out

@@ -19,14 +19,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .corpora.stream import Budget
 from .corpora.tokenized import DocTokens, tokenize_source, tokenizer_mode
-from .count import CHUNK_TOKENS, FollowerCounter
+from .counts.bigrams import CHUNK_TOKENS, FollowerCounter
 from .errors import InputError
+from .files import atomic_writer
+from .formats import format_for_path, write_table
 from .memory import peak_rss_bytes
-from .table import COUNT_MAX
-from .tokstore import TokenStore
+from .rules import COUNT_MAX, ID_MAX
+from .tokenizer.store import TokenStore
 
 ProgressFactory = Callable[[bool], "contextlib.AbstractContextManager"]  # bytes_mode -> rich Progress
 
@@ -41,8 +43,9 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     (`cut="line"`) or after exactly `max_bytes` bytes (`cut="byte"`). Tokens are
     cached under `cache_dir` (default $LOOKUPKIT_CACHE_DIR or ~/.cache/lookupkit) unless
     `token_cache` is False, in which case they go to a temporary directory removed afterwards.
+    `tokenizer` None (token-id sources only): the cache records no vocabulary and accepts any id in
+    0..2^31-1, as llama.cpp does.
     """
-    from .formats import format_for_path, write_table
 
     t_start = time.perf_counter()
     out_path = Path(out_path)
@@ -52,6 +55,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         raise InputError("no corpus given: pass a text file, a dataset, token ids or the default corpus")
     if max_bytes is not None and any(s.kind == "tokens" for s in sources):
         raise InputError("--max-bytes limits text sources; it cannot be combined with token-id files")
+    if tokenizer is None and any(s.kind != "tokens" for s in sources):
+        raise InputError("text sources need a vocabulary to be tokenized with")
     for source in sources:
         source.check()
     scratch = contextlib.nullcontext(cache_dir) if token_cache else tempfile.TemporaryDirectory(prefix="lookupkit-")
@@ -65,7 +70,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
             if n_tokens == 0:
                 raise InputError("empty token stream: the corpus produced no tokens")
             with _timed(phases, peaks, "count"):
-                table = _count(docs, tokenizer.n_vocab, n_tokens, chunk_tokens, progress)
+                table = _count(docs, _counter(tokenizer, docs, chunk_tokens), n_tokens, progress)
         finally:
             for doc in docs:
                 doc.close()  # unmap the stored tokens before the write phase needs the memory
@@ -128,8 +133,18 @@ def _token_doc(source) -> DocTokens:
     return DocTokens(source.describe(), n_bytes=ids.nbytes, sha256=sha.hexdigest(), parts=[ids])
 
 
-def _count(docs, n_vocab: int, n_tokens: int, chunk_tokens: int, progress):
-    counter = FollowerCounter(n_vocab, chunk_tokens)
+def _counter(tokenizer, docs: list[DocTokens], chunk_tokens: int) -> FollowerCounter:
+    """A counter checking ids against the tokenizer's vocabulary, or, with none, only against int32."""
+    if tokenizer is None:
+        top = max((int(a.max()) for d in docs for a in d.arrays() if len(a)), default=0)
+        return FollowerCounter(ID_MAX + 1, chunk_tokens, vocab_name="int32 token ids", id_bound=top + 1)
+    name = f"the {tokenizer.name} vocabulary"
+    if getattr(tokenizer, "bundled", False):
+        name = f"the bundled {tokenizer.name} vocabulary (used because no -m was given; pass -m VOCAB)"
+    return FollowerCounter(tokenizer.n_vocab, chunk_tokens, vocab_name=name)
+
+
+def _count(docs, counter: FollowerCounter, n_tokens: int, progress):
     with _bar(progress, False, "count", n_tokens) as advance:
         for doc in docs:
             counter.add_document(_advancing(doc.arrays(), advance))
@@ -143,14 +158,16 @@ def _advancing(arrays, advance):
 
 
 def _meta(tokenizer, docs: list[DocTokens], n_tokens: int, max_bytes: int | None, cut: str) -> dict:
+    vocab = None if tokenizer is None else {"name": tokenizer.name, "n_vocab": tokenizer.n_vocab,
+                                            "fingerprint": tokenizer.fingerprint}
     return {
-        "vocab": {"name": tokenizer.name, "n_vocab": tokenizer.n_vocab, "fingerprint": tokenizer.fingerprint},
+        "vocab": vocab,
         "corpus": {"sources": [{"source": d.source, "bytes": d.n_bytes, "tokens": d.n_tokens, "sha256": d.sha256,
                                 "replaced_bytes": d.replaced_bytes, "cut": d.cut} for d in docs],
                    "n_tokens": n_tokens},
         "build": {"tool": f"lookupkit {__version__}", "ngram": 2, "max_bytes": max_bytes, "cut": cut if max_bytes else None,
                   "count_max": COUNT_MAX,
-                  "tokenize": tokenizer_mode(tokenizer), "documents": "one per source, no 2-gram across sources"},
+                  "tokenize": tokenizer_mode(tokenizer) if tokenizer is not None else None, "documents": "one per source, no 2-gram across sources"},
     }
 
 
@@ -192,7 +209,6 @@ def export_tokens(sources: Sequence, tokenizer, out_path: str | os.PathLike, pro
     Documents are concatenated in source order; the ids are those lookup-create counts, so
     `lookup-create --tokens OUT` on one source builds the same cache as from the text.
     """
-    from .atomic import atomic_writer
 
     t_start = time.perf_counter()
     out_path = Path(out_path)

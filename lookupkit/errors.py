@@ -18,3 +18,9 @@ class FormatError(LookupkitError):
 
 class VocabMismatchError(LookupkitError):
     """A cache built for another vocabulary than the tokenizer/drafter it is used with."""
+
+
+class LookupkitWarning(UserWarning):
+    """Something that may give a silently poor result, e.g. a cache whose vocabulary cannot be checked.
+
+    The CLI prints each as one `warning: ...` line on stderr."""

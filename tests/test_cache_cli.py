@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from lookupkit import formats
+from lookupkit.static import read_table
 from lookupkit.cli.cache_cmds import register
 from cli_checks import assert_one_line_error as one_line_error
 from test_formats import EXT, META, same, table_of, text_like
@@ -83,7 +84,7 @@ def test_convert_chain(tmp_path):
     for name in chain:
         result = cli("convert", prev, tmp_path / name)
         assert result.exit_code == 0, result.output
-        assert same(formats.read_table(tmp_path / name), TABLE)
+        assert same(read_table(tmp_path / name), TABLE)
         prev = tmp_path / name
     assert "note: ggngcmap files cannot record" in cli("convert", src, tmp_path / "g.ggngcmap").stderr
     header = json.loads(cli("inspect", tmp_path / "d.lkc", "--json").stdout)

@@ -14,13 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookupkit.ngram_cache import NgramCache, load_table
-from lookupkit.replay import load_tokens, replay
+from lookupkit.corpora import read_token_file as load_tokens
+from lookupkit.counts.dict_cache import NgramCache
+from lookupkit.formats import read_ngrams
+from lookupkit.replay import replay
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
 CASES = json.loads((REF / "cases.json").read_text()) if (REF / "cases.json").is_file() else []
-HAVE_FAST = importlib.util.find_spec("lookupkit.replay_fast") is not None
+HAVE_FAST = importlib.util.find_spec("lookupkit.replay.fast") is not None
 
 pytestmark = pytest.mark.skipif(not CASES, reason=f"conformance vectors not present at {REF} "
                                                   "(they live outside the repository)")
@@ -30,14 +32,14 @@ def open_static(name: str | None):
     """The reference's static cache through lookupkit's StaticCache (the -lcs loader)."""
     if name is None:
         return None
-    from lookupkit.static import StaticCache
+    from lookupkit.static.cache import StaticCache
 
     return StaticCache.open(REF / name)
 
 
 def run_case(case: dict, engine: str):
     tokens = load_tokens(REF / case["tokens"])
-    dynamic = load_table(REF / case["dynamic"]) if case["dynamic"] else None
+    dynamic = read_ngrams(REF / case["dynamic"]) if case["dynamic"] else None
     return replay(tokens, case["n_ctx"], case["n_draft"], open_static(case["static"]), dynamic, engine=engine)
 
 
@@ -58,7 +60,7 @@ def test_reference_engine(case):
     check_case(case, trace)
 
 
-@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay_fast) is not installed")
+@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay.fast) is not installed")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["case"])
 def test_fast_engine(case):
     trace, _ = run_case(case, "fast")
@@ -89,13 +91,13 @@ def test_tiny_worked_example(engine):
 
 def test_reference_static_and_dynamic_files_load():
     for name in ("synth.static.lcs", "zipf.static.lcs", "synth.dynamic.lcd"):
-        table = load_table(REF / name)
+        table = read_ngrams(REF / name)
         sizes = set(np.unique(table.sizes).tolist())
         assert sizes == ({2} if name.endswith(".lcs") else {1, 2, 3, 4})
         assert len(table.ngrams) > 0 and (table.pairs[:, 1] > 0).all()
 
 
-@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay_fast) is not installed")
+@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay.fast) is not installed")
 def test_engines_leave_the_same_dynamic_cache():
     """-lcd plus every full chunk of the eval set, identical from both engines (what --save-dynamic writes)."""
     case = next(c for c in CASES if c["dynamic"])
@@ -103,7 +105,7 @@ def test_engines_leave_the_same_dynamic_cache():
     _, fast_dyn = run_case(case, "fast")
     for field in ("ngrams", "offsets", "pairs"):
         assert np.array_equal(getattr(ref_dyn, field), getattr(fast_dyn, field))
-    expected = NgramCache.load(REF / case["dynamic"])
+    expected = NgramCache.from_table(read_ngrams(REF / case["dynamic"]))
     tokens = load_tokens(REF / case["tokens"]).tolist()
     n_ctx = case["n_ctx"]
     for start in range(0, len(tokens) - n_ctx, n_ctx):

@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit import count
-from lookupkit.count import FollowerCounter, count_static
+from lookupkit.counts import bigrams as count
+from lookupkit.counts.bigrams import FollowerCounter, count_static
 from lookupkit.errors import InputError
 from lookupkit.formats import llama
-from lookupkit.table import COUNT_MAX, StaticTable
+from lookupkit.counts.tables import StaticTable
+from lookupkit.rules import COUNT_MAX
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REFERENCE = SHARED / "reference"

@@ -15,17 +15,19 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lookupkit import atomic
+from lookupkit import StaticCache, Tokenizer
+from lookupkit import files as atomic
 from lookupkit.cli.create import app
-from lookupkit.count import count_static
-from lookupkit.formats import llama, read_table
-from lookupkit.table import StaticTable
-from lookupkit.tokenizer import Tokenizer
+from lookupkit.counts.bigrams import count_static
+from lookupkit.counts.tables import StaticTable
+from lookupkit.formats import llama
+from lookupkit.static import read_table
 from cli_checks import assert_one_line_error as check
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
 runner = CliRunner()
+BUNDLED = Path(__file__).resolve().parents[1] / "lookupkit" / "data" / "ggml-vocab-gpt-2.gguf"
 TEXT = " = Heading = \n \n The cat sat on the mat . The cat sat on the hat . \n The dog sat . \n"
 
 
@@ -194,10 +196,11 @@ def bad_corpus(tmp_path: Path, case: str) -> list:
         path = tmp_path / "t.i32"
         path.write_bytes(b"")
         return ["--tokens", path]
-    elif case == "ids-outside-vocab":
+    elif case == "ids-outside-vocab":  # a text source too: the bundled gpt-2 vocabulary is used, and said so
         path = tmp_path / "t.i32"
         np.array([1, 2, 3, 50257, 4], dtype="<i4").tofile(path)
-        return ["--tokens", path]
+        (tmp_path / "c.txt").write_text(TEXT)
+        return ["-f", tmp_path / "c.txt", "--tokens", path]
     elif case == "odd-size-ids":
         path = tmp_path / "t.i32"
         path.write_bytes(b"\x01\x00\x00\x00\x02\x00")
@@ -208,13 +211,33 @@ def bad_corpus(tmp_path: Path, case: str) -> list:
 @pytest.mark.parametrize("case,fragment", [
     ("missing", "does not exist"), ("directory", "is a directory"), ("empty", "is empty"),
     ("binary", "looks binary"), ("only-newline", "empty token stream"), ("two-tokens", "no 2-grams"),
-    ("empty-ids", "empty token stream"), ("ids-outside-vocab", "token id 50257 at position 3"),
+    ("empty-ids", "empty token stream"), ("ids-outside-vocab", "token id 50257 at position 3 of document 2 is outside the bundled gpt-2 vocabulary"),
     ("odd-size-ids", "not a multiple of 4"),
 ])
 def test_bad_corpora(tmp_path, case, fragment):
     out = tmp_path / "out.lkc"
     assert_one_line_error(create(*bad_corpus(tmp_path, case), "-lcs", out), fragment)
     assert not out.exists()
+
+
+def test_token_ids_without_a_vocabulary_record_none_and_take_any_int32(tmp_path):
+    ids = np.array([5, 151_000, 2**31 - 1, 5, 151_000, 2**31 - 1, 7], dtype="<i4")  # beyond gpt-2's 50,257
+    ids.tofile(tmp_path / "t.i32")
+    out = tmp_path / "ids.lkc"
+    summary = create_json("--tokens", tmp_path / "t.i32", "-lcs", out)
+    assert summary["vocab"] is None
+    with StaticCache.open(out) as cache:
+        assert cache.vocab_fingerprint is None and cache.meta["vocab"] is None
+        assert cache.find(5, 151_000)[0].tolist() == [2**31 - 1]
+        assert cache.find(151_000, 2**31 - 1)[0].tolist() == [5, 7]
+    assert "none recorded" in create("--tokens", tmp_path / "t.i32", "-lcs", tmp_path / "again.lkc").stdout
+
+
+def test_token_ids_with_a_vocabulary_are_checked_against_it(tmp_path):
+    np.array([1, 2, 3, 50257, 4], dtype="<i4").tofile(tmp_path / "t.i32")
+    result = create("--tokens", tmp_path / "t.i32", "-m", BUNDLED, "-lcs", tmp_path / "o.lkc")
+    assert_one_line_error(result, "token id 50257 at position 3", "outside the gpt-2 vocabulary (0..50256)")
+    assert "bundled" not in result.stderr  # -m was given
 
 
 @pytest.mark.parametrize("args,fragment", [

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit.draft_ref import draft_reference
-from lookupkit.ngram_cache import NgramCache
-from lookupkit.trace import STATIC
+from lookupkit.draft.reference import draft_reference
+from lookupkit.counts.dict_cache import NgramCache
+from lookupkit.rules import STATIC
 
 
 def cache(parts: dict) -> NgramCache:

@@ -11,9 +11,10 @@ import pytest
 from lookupkit import Drafter
 from lookupkit.errors import InputError, VocabMismatchError
 from lookupkit.formats import lkc
-from lookupkit.ngram_cache import NgramCache, save_table
-from lookupkit.static import StaticCache
-from lookupkit.table import StaticTable
+from lookupkit.counts.dict_cache import NgramCache
+from lookupkit.formats import llama
+from lookupkit.static.cache import StaticCache
+from lookupkit.counts.tables import StaticTable
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -98,7 +99,7 @@ def test_static_cache_drafts_alone_and_as_a_path(tmp_path):
     static = static_of({(1, 2): {3: 5, 4: 1}})
     assert Drafter(static=static).draft([0, 1, 2], 2) == [3]
     path = tmp_path / "s.lcs"
-    save_table(static.to_table().to_ngrams(), path)
+    llama.save(static.to_table().to_ngrams(), path)
     d = Drafter(static=path)
     assert d.draft([0, 1, 2], 2) == [3] and d.last_sources == ["s2"]
 
@@ -106,7 +107,7 @@ def test_static_cache_drafts_alone_and_as_a_path(tmp_path):
 def test_dynamic_cache_from_a_legacy_file(tmp_path):
     lcd = NgramCache()
     lcd.update([4, 4, 4, 4, 4, 4])
-    save_table(lcd.to_table(), tmp_path / "d.lcd")
+    llama.save(lcd.to_table(), tmp_path / "d.lcd")
     d = Drafter(dynamic=tmp_path / "d.lcd")
     assert d.draft([7, 4], 3) == [4, 4, 4] and d.last_sources == ["d1", "d2", "d3"]
     assert d.dynamic_table().to_dict() == lcd.to_table().to_dict()
@@ -114,11 +115,11 @@ def test_dynamic_cache_from_a_legacy_file(tmp_path):
 
 def test_a_static_cache_for_another_vocabulary_is_refused(tmp_path):
     vocab = {"name": "v1", "n_vocab": 10, "fingerprint": "aaaa"}
-    with pytest.raises(VocabMismatchError, match="aaaa"):
+    with pytest.raises(VocabMismatchError, match="built for v1 .vocab fingerprint aaaa"):
         Drafter(static=static_of({(1, 2): {3: 5}}, vocab), expect_vocab="bbbb")
     table = static_of({(1, 2): {3: 5}}).to_table()
     with open(tmp_path / "s.lkc", "wb") as f:
-        lkc.write(f, table, {"vocab": vocab})
+        lkc.write_file(f, table, {"vocab": vocab})
     with pytest.raises(VocabMismatchError, match="bbbb"):
         Drafter(static=tmp_path / "s.lkc", expect_vocab="bbbb")
     assert Drafter(static=tmp_path / "s.lkc", expect_vocab="aaaa").draft([1, 2], 1) == [3]

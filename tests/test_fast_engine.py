@@ -16,15 +16,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookupkit import flatcache as fc
-from lookupkit.draft_fast import Thresholds, draft_tokens, new_memo, static_arrays
-from lookupkit.draft_ref import draft_reference
+from lookupkit.counts import flat as fc
+from lookupkit.draft.fast import Thresholds, draft_tokens, new_memo, static_arrays
+from lookupkit.draft.reference import draft_reference
 from lookupkit.errors import InputError
-from lookupkit.ngram_cache import NgramCache, load_table
-from lookupkit.replay import replay
-from lookupkit.replay_fast import replay_fast
-from lookupkit.static import StaticCache
-from lookupkit.table import COUNT_MAX, NgramTable, StaticTable
+from lookupkit.counts.dict_cache import NgramCache
+from lookupkit.formats import read_ngrams
+from lookupkit.replay.run import replay
+from lookupkit.replay.fast import replay_fast
+from lookupkit.static.cache import StaticCache
+from lookupkit.counts.tables import NgramTable, StaticTable
+from lookupkit.rules import COUNT_MAX
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -40,7 +42,7 @@ count_st = st.one_of(st.integers(1, 4), st.integers(1, COUNT_MAX))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["case"])
 def test_reference_cases_exact(case):
     static = StaticCache.open(REF / case["static"]) if case["static"] else None
-    dynamic = load_table(REF / case["dynamic"]) if case["dynamic"] else None
+    dynamic = read_ngrams(REF / case["dynamic"]) if case["dynamic"] else None
     tokens = np.fromfile(REF / case["tokens"], "<i4")
     trace, _ = replay_fast(tokens, case["n_ctx"], case["n_draft"], static, dynamic)
     s = trace.summary()

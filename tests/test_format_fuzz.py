@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookupkit import StaticCache, formats, keyrecovery
+from lookupkit import StaticCache, formats
+from lookupkit.static import keyrecovery
 from lookupkit.cli import cache_cmds
 from lookupkit.cli.common import print_json
 from lookupkit.errors import LookupkitError

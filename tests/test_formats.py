@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -15,11 +16,14 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit import constmap, formats, keyrecovery
+from lookupkit import formats
+from lookupkit.static import read_table
+from lookupkit.formats import vmap as constmap
+from lookupkit.static import keyrecovery
 from lookupkit.errors import FormatError, InputError
 from lookupkit.formats import lkc, llama
-from lookupkit.static import StaticCache
-from lookupkit.table import StaticTable
+from lookupkit.static.cache import StaticCache
+from lookupkit.counts.tables import StaticTable
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -77,7 +81,7 @@ def test_round_trip_every_format(tmp_path, fmt, keys):
     path = tmp_path / f"c{EXT[fmt]}"
     assert formats.write_table(table, path, meta=META, keys=keys) == fmt
     assert formats.detect(path) == fmt
-    assert same(formats.read_table(path), table)
+    assert same(read_table(path), table)
 
 
 @settings(max_examples=40, deadline=None)
@@ -89,10 +93,10 @@ def test_round_trip_property(tmp_path_factory, docs, fmt, keys):
     path = tmp_path_factory.mktemp("rt") / f"c{EXT[fmt]}"
     formats.write_table(table, path, keys=keys)
     if fmt == "llama" or (fmt == "lkc" and keys):
-        assert same(formats.read_table(path), table)
+        assert same(read_table(path), table)
         return
     try:
-        got = formats.read_table(path)
+        got = read_table(path)
     except FormatError as exc:
         assert "rebuild the cache from the corpus" in str(exc)
     else:
@@ -106,7 +110,7 @@ def test_key_recovery_of_one_token_stream(tmp_path_factory, n, seed, vocab):
     table = table_of(text_like(n, vocab=vocab, seed=seed))
     path = tmp_path_factory.mktemp("kr") / "c.ggngcmap"
     formats.write_table(table, path)
-    assert same(formats.read_table(path), table)
+    assert same(read_table(path), table)
 
 
 @pytest.mark.parametrize("name", ["synth", "zipf"])
@@ -115,12 +119,12 @@ def test_llamacpp_reference_files_read_and_convert(tmp_path, name):
         pytest.skip(f"{REF} is absent (the shared conformance vectors are not in a fresh clone)")
     corpus = np.fromfile(REF / f"{name}.corpus.i32", dtype="<i4")
     expected = table_of(corpus)
-    got = formats.read_table(REF / f"{name}.static.lcs")  # written by llama.cpp itself
+    got = read_table(REF / f"{name}.static.lcs")  # written by llama.cpp itself
     assert same(got, expected)
     for fmt in ("lkc", "ggngcmap", "llama"):
         out = tmp_path / f"x{EXT[fmt]}"
         formats.write_table(got, out)
-        assert same(formats.read_table(out), expected)
+        assert same(read_table(out), expected)
     ours = llama.encode(expected.to_ngrams()).tobytes()
     assert len(ours) == (REF / f"{name}.static.lcs").stat().st_size  # same records, canonical order
 
@@ -153,7 +157,7 @@ def test_ggngcmap_in_hash_order_reads_canonically(tmp_path):
     cmap = constmap.build(table.keys[order], values)
     path = tmp_path / "fork.ggngcmap"
     path.write_bytes(struct.pack("<8sQQ", b"ggngcmap", len(pairs), len(cmap)) + pairs.astype("<i4").tobytes() + cmap)
-    assert same(formats.read_table(path), table)
+    assert same(read_table(path), table)
     with StaticCache.open(path) as c:
         assert c.verify()["n_keys"] == table.n_keys
 
@@ -206,7 +210,7 @@ def test_detect_by_magic_then_extension(tmp_path):
     legacy = tmp_path / "static.bin"
     formats.write_table(table, legacy, format="llama")
     assert formats.detect(legacy) == "llama"
-    for ext, what in ((".lkc", "not a lkc file"), (".ggngcmap", "not a ggngcmap file"),
+    for ext, what in ((".lkc", r"not a lookupkit cache \(\.lkc\)"), (".ggngcmap", "not a ggngcmap file"),
                       (".lkc.zst", "not zstd-compressed")):
         bad = tmp_path / f"bad{ext}"
         bad.write_bytes(b"garbage!" * 10)
@@ -237,7 +241,7 @@ def test_unwritable_and_disk_full_leave_nothing(tmp_path, monkeypatch):
         f.write(b"x" * 100)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(lkc, "write", full)
+    monkeypatch.setitem(formats.BY_NAME, "lkc", dataclasses.replace(formats.BY_NAME["lkc"], write=full))
     target = tmp_path / "full.lkc"
     target.write_bytes(b"previous content")
     with pytest.raises(InputError, match="no space left"):
@@ -270,7 +274,7 @@ def test_lkc_zst_unpacks_once(tmp_path):
     # a .zst compressed by the zstd tool (other level, no checksum) is accepted too
     other = tmp_path / "d.lkc.zst"
     other.write_bytes(zstandard.ZstdCompressor(level=19).compress((tmp_path / "unpacked" / cached[0].name).read_bytes()))
-    assert same(formats.read_table(other), table)
+    assert same(read_table(other), table)
 
 
 def test_bad_zst_files(tmp_path):
@@ -300,7 +304,7 @@ def test_key_recovery_many_documents_and_start_tokens(tmp_path):
     table = table_of(*docs)
     path = tmp_path / "docs.ggngcmap"
     formats.write_table(table, path)
-    assert same(formats.read_table(path), table)
+    assert same(read_table(path), table)
 
 
 def test_key_recovery_refuses_when_too_costly(tmp_path):
@@ -320,4 +324,4 @@ def test_key_recovery_fails_cleanly_when_start_ids_are_out_of_range(tmp_path):
     path = tmp_path / "odd.ggngcmap"
     formats.write_table(table, path)
     with pytest.raises(FormatError, match="could not recover"):
-        formats.read_table(path)
+        read_table(path)

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from lookupkit.errors import FormatError, InputError
 from lookupkit.formats import llama
-from lookupkit.ngram_cache import NgramCache, load_table, merge_tables, save_table
-from lookupkit.table import COUNT_MAX
+from lookupkit.counts.dict_cache import NgramCache, merge_tables
+from lookupkit.formats import read_ngrams
+from lookupkit.rules import COUNT_MAX
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -101,8 +102,8 @@ def test_counts_saturate_on_save(tmp_path):
     big.parts[(1,)][2] = COUNT_MAX
     cache.merge(big)
     assert cache.parts[(1,)][2] == COUNT_MAX + 1  # exact in memory
-    cache.save(tmp_path / "c.lcd")
-    assert NgramCache.load(tmp_path / "c.lcd").parts[(1,)][2] == COUNT_MAX
+    llama.save(cache.to_table(), tmp_path / "c.lcd")
+    assert NgramCache.from_table(read_ngrams(tmp_path / "c.lcd")).parts[(1,)][2] == COUNT_MAX
     merged = merge_tables([cache.to_table(), cache.to_table()])
     assert merged.to_dict()[(1,)][2] == COUNT_MAX
 
@@ -117,15 +118,15 @@ def test_legacy_round_trip(tokens):
 
 def test_save_load_file(tmp_path):
     cache = cache_of([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 9, 1, 4])
-    cache.save(tmp_path / "d.lcd")
-    assert NgramCache.load(tmp_path / "d.lcd").parts == cache.parts
+    llama.save(cache.to_table(), tmp_path / "d.lcd")
+    assert NgramCache.from_table(read_ngrams(tmp_path / "d.lcd")).parts == cache.parts
     assert (tmp_path / "d.lcd").read_bytes() == llama.encode(cache.to_table()).tobytes()
 
 
 def test_empty_cache_round_trip(tmp_path):
-    NgramCache().save(tmp_path / "e.lcd")
+    llama.save(NgramCache().to_table(), tmp_path / "e.lcd")
     assert (tmp_path / "e.lcd").stat().st_size == 0
-    assert len(NgramCache.load(tmp_path / "e.lcd")) == 0
+    assert len(NgramCache.from_table(read_ngrams(tmp_path / "e.lcd"))) == 0
 
 
 @pytest.mark.parametrize("mutate, what", [
@@ -142,22 +143,22 @@ def test_corrupt_lcd_is_a_format_error(tmp_path, mutate, what):
     path = tmp_path / "bad.lcd"
     path.write_bytes(mutate(good))
     with pytest.raises(FormatError, match=what):
-        NgramCache.load(path)
+        NgramCache.from_table(read_ngrams(path))
 
 
 def test_missing_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        load_table(tmp_path / "nope.lcd")
+        read_ngrams(tmp_path / "nope.lcd")
     with pytest.raises(InputError, match="directory"):
-        load_table(tmp_path)
+        read_ngrams(tmp_path)
     with pytest.raises(InputError, match="not a regular file"):  # not silently an empty cache
-        load_table("/dev/null")
+        read_ngrams("/dev/null")
 
 
 def test_failed_save_leaves_the_original_intact(tmp_path, monkeypatch):
     path = tmp_path / "dyn.lcd"
     original = cache_of([1, 2, 3])
-    original.save(path)
+    llama.save(original.to_table(), path)
     before = path.read_bytes()
 
     def disk_full(fd):
@@ -165,14 +166,14 @@ def test_failed_save_leaves_the_original_intact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", disk_full)
     with pytest.raises(InputError, match="no space left"):
-        cache_of([7, 8, 9, 7, 8]).save(path)
+        llama.save(cache_of([7, 8, 9, 7, 8]).to_table(), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dyn.lcd"]  # no temp file left behind
 
 
 def test_save_into_missing_directory_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        save_table(cache_of([1, 2]).to_table(), tmp_path / "no" / "such.lcd")
+        llama.save(cache_of([1, 2]).to_table(), tmp_path / "no" / "such.lcd")
 
 
 def need_reference():
@@ -187,7 +188,7 @@ def test_our_build_of_each_reference_corpus_equals_its_lcs(corpus, lcs):
     need_reference()
     tokens = np.fromfile(REF / corpus, dtype="<i4").tolist()
     ours = cache_of(tokens, 2, 2).to_table()
-    theirs = load_table(REF / lcs)
+    theirs = read_ngrams(REF / lcs)
     for a, b in ((ours.ngrams, theirs.ngrams), (ours.offsets, theirs.offsets), (ours.pairs, theirs.pairs)):
         assert np.array_equal(a, b)
 
@@ -200,4 +201,4 @@ def test_reference_dynamic_equals_merged_chunk_caches():
     dyn = NgramCache()
     for start in range(0, len(tokens) - n_ctx, n_ctx):
         dyn.merge(cache_of(tokens[start:start + n_ctx]))
-    assert dyn.parts == NgramCache.load(REF / "synth.dynamic.lcd").parts
+    assert dyn.parts == NgramCache.from_table(read_ngrams(REF / "synth.dynamic.lcd")).parts

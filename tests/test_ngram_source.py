@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookupkit.errors import InputError
-from lookupkit.ngram_source import ngram_draft, replay_ngram
-from lookupkit.trace import NGRAM, SOURCE_NAMES
+from lookupkit.replay.longest_match import ngram_draft, replay_ngram
+from lookupkit.rules import LONGEST_MATCH as NGRAM, SOURCE_NAMES
 
 
 def test_the_suffix_never_matches_itself():

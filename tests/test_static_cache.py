@@ -15,12 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit import StaticCache, constmap, formats
-from lookupkit.cachestats import follower_stats
+from lookupkit import StaticCache, formats
+from lookupkit.formats import vmap as constmap
+from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.errors import FormatError, InputError, VocabMismatchError
 from lookupkit.formats import lkc
-from lookupkit.static import count_in, span_of
-from lookupkit.table import StaticTable
+from lookupkit.static.cache import count_in, span_of
+from lookupkit.counts.tables import StaticTable
 from test_formats import EXT, META, same, table_of, text_like
 
 FORMATS = ["lkc", "lkc-nokeys", "lkc.zst", "ggngcmap", "llama", "memory"]

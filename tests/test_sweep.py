@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from lookupkit.draft_fast import Thresholds
+from lookupkit.draft.fast import Thresholds
 from lookupkit.errors import InputError
-from lookupkit.ngram_source import replay_ngram
-from lookupkit.replay_fast import replay_fast
-from lookupkit.sweep import THRESHOLD_VARIANTS, default_grid, expected_speedup, make_grid, sweep, sweep_table
-from lookupkit.trace import ReplayTrace
+from lookupkit.replay.longest_match import replay_ngram
+from lookupkit.replay.fast import replay_fast
+from lookupkit.replay.sweep import THRESHOLD_VARIANTS, default_grid, expected_speedup, make_grid, sweep, sweep_table
+from lookupkit.replay.trace import ReplayTrace
 
 TOKENS = np.array([1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2, 3, 5] * 8, np.int32)
 

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookupkit import bpe_backends as bb
+from lookupkit.tokenizer import backends as bb
 from lookupkit.errors import FormatError, InputError
-from lookupkit.gguf import read_metadata
-from lookupkit.tokenizer import SAFE_CUT, Tokenizer
+from lookupkit.tokenizer.gguf import read_metadata
+from lookupkit.tokenizer.encode import SAFE_CUT, Tokenizer
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 VOCABS = ["gpt-2", "qwen2", "llama-bpe", "llama-spm", "deepseek-coder"]
@@ -239,7 +239,7 @@ def test_hf_tokenizer_json_matches_gguf(tmp_path):
 
 # -- bad inputs ----------------------------------------------------------------------------------
 def test_missing_and_directory(tmp_path):
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="does not exist"):
         Tokenizer.from_file(tmp_path / "nope.gguf")
     with pytest.raises(InputError, match="directory"):
         Tokenizer.from_file(tmp_path)

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookupkit import tokstore
+from lookupkit.tokenizer import store as tokstore
 from lookupkit.corpora import Budget, TextFile
 from lookupkit.corpora import tokenized
 from lookupkit.corpora.tokenized import tokenize_source
 from lookupkit.errors import FormatError
-from lookupkit.tokenizer import Tokenizer
-from lookupkit.tokstore import Checkpoint, Entry, TokenStore
+from lookupkit.tokenizer.encode import Tokenizer
+from lookupkit.tokenizer.store import Checkpoint, Entry, TokenStore
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WORDS = ["the", "Valkyria", "café", "war", "of", "1886", "Müller", "'s", "naïve", "2.5", "=", ",", ".", "(", ")",

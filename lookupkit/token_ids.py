@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError
-
-ID_MAX = int(np.iinfo(np.int32).max)
+from .rules import ID_MAX
 
 
 def token_ids(tokens, what: str) -> np.ndarray:

@@ -15,7 +15,8 @@ import sys
 from array import array
 from pathlib import Path
 
-from lookupkit.errors import FormatError, InputError
+from ..errors import FormatError
+from ..files import open_input
 
 GGUF_MAGIC = b"GGUF"
 
@@ -123,15 +124,7 @@ def read_metadata(path, prefix: str = "") -> dict:
     Keys not matching `prefix` are skipped without materialising their values.
     """
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory, not a GGUF file")
-    try:
-        f = open(p, "rb")
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror})") from None
-    with f:
+    with open_input(p, "GGUF file") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 24:
             raise FormatError(f"{p}: not a GGUF file (only {size} bytes)")

@@ -12,66 +12,23 @@ methods here raise FormatError for it; jitted callers treat it as a miss.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from . import constmap, formats
-from .cachestats import follower_stats
-from .constmap import NOT_FOUND, lookup
-from .errors import FormatError, InputError, VocabMismatchError
-from .formats import ggngcmap, lkc, zst
+from .. import formats
+from ..counts.follower_stats import follower_stats
+from ..counts.tables import StaticTable
+from ..errors import FormatError, InputError, LookupkitWarning, VocabMismatchError
+from ..files import unmap
+from ..formats import lkc, vmap
+from ..formats.llama import read_static
 from .keyrecovery import recover_layout
-from .table import SPAN_BITS, StaticTable
+from .lookup import count_in, counts_many, span_of, spans_many
 
-_MASK = np.uint64((1 << SPAN_BITS) - 1)
 _I32 = np.iinfo(np.int32)
-
-
-@njit(cache=True)
-def span_of(t0, t1, seed, seg_len, seg_count_len, data, checks, n_pairs):
-    """(offset, length) of the 2-gram's followers; (0, 0) if absent, (0, -1) if the span leaves the pairs."""
-    v = lookup(t0, t1, seed, seg_len, seg_count_len, data, checks)
-    if v == NOT_FOUND:
-        return np.int64(0), np.int64(0)
-    off = v >> np.uint64(SPAN_BITS)
-    n = v & _MASK
-    if n == 0 or off + n > n_pairs:
-        return np.int64(0), np.int64(-1)
-    return np.int64(off), np.int64(n)
-
-
-@njit(cache=True)
-def count_in(pairs, off, n, token):
-    """Count of `token` in the run pairs[off:off+n] (sorted by token): fixed-length binary search, 0 if absent."""
-    if n <= 0:
-        return np.int64(0)
-    base = off
-    while n > 1:
-        half = n >> 1
-        base += half * np.int64(pairs[base + half, 0] <= token)
-        n -= half
-    return np.int64(pairs[base, 1]) if pairs[base, 0] == token else np.int64(0)
-
-
-@njit(cache=True)
-def _spans_many(keys, seed, seg_len, scl, data, checks, n_pairs, offs, lens):
-    bad = 0
-    for i in range(keys.shape[0]):
-        offs[i], lens[i] = span_of(keys[i, 0], keys[i, 1], seed, seg_len, scl, data, checks, n_pairs)
-        bad += lens[i] < 0
-    return bad
-
-
-@njit(cache=True)
-def _counts_many(keys, tokens, pairs, seed, seg_len, scl, data, checks, n_pairs, out):
-    bad = 0
-    for i in range(keys.shape[0]):
-        off, n = span_of(keys[i, 0], keys[i, 1], seed, seg_len, scl, data, checks, n_pairs)
-        bad += n < 0
-        out[i] = count_in(pairs, off, n, tokens[i])
-    return bad
 
 
 @njit(cache=True)
@@ -94,14 +51,6 @@ def _gather_runs(pairs, offsets, order, out):
             p += 1
 
 
-def _unmap(mm) -> None:
-    """Close a mapping; if views of it are still alive, it is unmapped when the last one goes."""
-    try:
-        mm.close()
-    except BufferError:
-        pass
-
-
 def _ids(arr, what: str) -> np.ndarray:
     """An integer array as int32, with ids outside int32 replaced by -1 (they cannot be in any cache)."""
     arr = np.asarray(arr)
@@ -121,21 +70,20 @@ def _id(t) -> int:
 class StaticCache:
     """A static cache's pairs (token, count) and constmap (2-gram -> offset << 24 | n_followers)."""
 
-    def __init__(self, *, path, format: str, meta: dict, pairs: np.ndarray, cmap: constmap.ConstMapView,
-                 cmap_buf, cmap_offset: int, keys: np.ndarray | None = None, key_views: dict | None = None, mm=None):
-        self.path = Path(path) if path is not None else None
-        self.format, self.meta = format, meta
-        vocab = meta.get("vocab") or {}
+    def __init__(self, mapped: formats.Mapped):
+        self.path = Path(mapped.path) if mapped.path is not None else None
+        self.format, self.meta = mapped.format, mapped.meta
+        vocab = mapped.meta.get("vocab") or {}
         self.vocab_fingerprint: str | None = vocab.get("fingerprint")
+        self.vocab_name: str | None = vocab.get("name")
         self.n_vocab: int | None = vocab.get("n_vocab")
-        self.pairs, self.cmap = pairs, cmap
-        self.n_pairs = len(pairs)
-        self.n_keys = int(cmap.n_keys) if cmap.n_keys or not len(pairs) else None
-        self._cmap_loc = (cmap_buf, cmap_offset)
-        self._keys, self._key_views, self._mm = keys, key_views, mm
+        self.pairs, self.cmap = mapped.pairs, mapped.cmap
+        self.n_pairs = len(self.pairs)
+        self.n_keys = int(self.cmap.n_keys) if self.cmap.n_keys or not self.n_pairs else None
+        self._cmap_loc = (mapped.cmap_buf, mapped.cmap_offset)
+        self._keys, self._key_views, self._mm = mapped.keys, mapped.key_views, mapped.mm
         self._layout = None
-        self._args = (np.uint64(cmap.seed), np.uint64(cmap.segment_length), np.uint64(cmap.segment_count_length),
-                      cmap.data, cmap.checks, np.uint64(len(pairs)))
+        self._args = (*self.cmap.args, np.uint64(self.n_pairs))
 
     @property
     def name(self) -> str:
@@ -143,30 +91,10 @@ class StaticCache:
 
     # ---- opening -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path, *, expect_vocab: str | None = None) -> "StaticCache":
-        """Open any format; .lkc/ggngcmap in O(1) (mmap). expect_vocab: the user's vocab fingerprint."""
-        path = Path(path)
-        kind = formats.detect(path)
-        if kind == "llama":
-            cache = cls.from_table(formats.read_legacy(path))
-            cache.path, cache.format = path, "llama"
-        else:
-            mapped = zst.unpack(path) if kind == "lkc.zst" else path
-            mm = formats.map_file(mapped)
-            try:
-                if kind == "ggngcmap":
-                    pairs, cmap = ggngcmap.parse(mm, str(path))
-                    cache = cls(path=path, format="ggngcmap", meta={}, pairs=pairs, cmap=cmap, cmap_buf=mm,
-                                cmap_offset=ggngcmap.HEADER.size + pairs.nbytes, mm=mm)
-                else:
-                    name = str(path) if mapped == path else f"{path} (unpacked as {mapped})"
-                    header, views, cmap = lkc.parse(mm, name)
-                    key_views = {k: views[k] for k in lkc.KEY_SECTIONS if k in views} or None
-                    cache = cls(path=path, format="lkc", meta=header, pairs=views["pairs"], cmap=cmap, cmap_buf=mm,
-                                cmap_offset=header["sections"]["constmap"]["offset"], key_views=key_views, mm=mm)
-            except BaseException:
-                _unmap(mm)
-                raise
+    def open(cls, path, *, expect_vocab=None) -> "StaticCache":
+        """Open any format; .lkc/ggngcmap in O(1) (mmap). expect_vocab: the Tokenizer (or vocab fingerprint)
+        of the tokens you will look up (see check_vocab)."""
+        cache = cls(formats.open_mapped(path))
         try:
             cache.check_vocab(expect_vocab)
         except VocabMismatchError:
@@ -177,22 +105,29 @@ class StaticCache:
     @classmethod
     def from_table(cls, table: StaticTable, meta: dict | None = None) -> "StaticCache":
         """An in-memory cache (the constmap is built here, O(n)): for tests and the legacy format."""
-        buf = np.frombuffer(constmap.build(table.keys, table.spans()), dtype=np.uint8)
-        pairs = np.ascontiguousarray(table.pairs, dtype=np.int32).reshape(-1, 2).view()
-        pairs.flags.writeable = False
-        keys = np.ascontiguousarray(table.keys, dtype=np.int32).reshape(-1, 2)
-        cmap = lkc.constmap_section(buf, 0, len(buf), "in-memory cache")
-        meta = {**(meta or {}), **lkc.check_meta(meta or {}, table)}
-        return cls(path=None, format="memory", meta=meta, pairs=pairs, cmap=cmap, cmap_buf=buf, cmap_offset=0,
-                   keys=keys)
+        return cls(formats.in_memory(table, meta))
 
-    def check_vocab(self, expect: str | None) -> None:
-        """Refuse use with another vocabulary than the one the cache was built with (when both are known)."""
-        if expect is not None and self.vocab_fingerprint is not None and expect != self.vocab_fingerprint:
-            built = (self.meta.get("vocab") or {}).get("name") or "another vocabulary"
+    def check_vocab(self, expect) -> None:
+        """Refuse use with another vocabulary than the one the cache was built with.
+
+        `expect`: a Tokenizer (anything with .fingerprint and .name), a vocab fingerprint, or None. A cache
+        that records no vocabulary (.lcs, .ggngcmap, or converted from one) cannot be checked: a warning
+        says so (attach one with `lookupkit convert IN OUT.lkc -m VOCAB`).
+        """
+        if expect is None:
+            return
+        fingerprint = getattr(expect, "fingerprint", expect)
+        used = getattr(expect, "name", None)
+        if self.vocab_fingerprint is None:
+            warnings.warn(LookupkitWarning(
+                f"{self.name} records no vocabulary, so it cannot be checked against "
+                f"{used or 'the one in use'}: a cache of another vocabulary would draft nothing useful "
+                f"(attach one with `lookupkit convert {self.name} OUT.lkc -m VOCAB`)"), stacklevel=3)
+        elif fingerprint != self.vocab_fingerprint:
+            built = self.vocab_name or "another vocabulary"
             raise VocabMismatchError(f"{self.name} was built for {built} (vocab fingerprint "
-                                     f"{self.vocab_fingerprint}) but is used with vocab fingerprint {expect}; "
-                                     f"rebuild the cache with this vocabulary")
+                                     f"{self.vocab_fingerprint}) but is used with {used or 'another vocabulary'} "
+                                     f"(fingerprint {fingerprint}); rebuild the cache with this vocabulary")
 
     def check_ids(self, ids: np.ndarray) -> None:
         """Refuse ids the cache's vocabulary cannot hold (when it records its size): ids and cache then come
@@ -206,7 +141,7 @@ class StaticCache:
         """Drop the views and unmap (if views handed out are still alive, the mapping goes with the last one)."""
         self.pairs = self.cmap = self._keys = self._key_views = self._layout = self._args = self._cmap_loc = None
         if self._mm is not None:
-            _unmap(self._mm)
+            unmap(self._mm)
             self._mm = None
 
     def __enter__(self) -> "StaticCache":
@@ -250,7 +185,7 @@ class StaticCache:
         """Offsets and lengths (0 = absent) for an (n, 2) array of 2-grams."""
         keys = _ids(keys, "keys").reshape(-1, 2)
         offs, lens = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
-        if _spans_many(keys, *self._live(), offs, lens):
+        if spans_many(keys, *self._live(), offs, lens):
             raise self._corrupt(f"2-gram {keys[np.argmax(lens < 0)].tolist()}")
         return offs, lens
 
@@ -261,7 +196,7 @@ class StaticCache:
         if len(tokens) != len(keys):
             raise InputError(f"count_many needs one token per 2-gram, got {len(tokens)} for {len(keys)}")
         out = np.empty(len(keys), np.int64)
-        if _counts_many(keys, tokens, self.pairs, *self._live(), out):
+        if counts_many(keys, tokens, self.pairs, *self._live(), out):
             raise self._corrupt("a 2-gram")
         return out
 
@@ -345,7 +280,7 @@ class StaticCache:
         if self.format == "lkc":
             checks += [f"sha256 of section {s}" for s in lkc.verify_sections(self._mm, self.meta, self.name)]
         buf, offset = self._cmap_loc
-        if not constmap.checksum_ok(buf, offset, self.cmap.nbytes):
+        if not vmap.checksum_ok(buf, offset, self.cmap.nbytes):
             raise FormatError(f"{self.name}: the constmap's FNV-1a checksum does not match (the file is corrupted)")
         checks.append("constmap FNV-1a checksum")
         self._check_pairs()
@@ -385,3 +320,11 @@ class StaticCache:
             if np.any(same & (keys[1:, 1] <= keys[:-1, 1])):
                 raise FormatError(f"{self.name}: corrupted cache: key_t1 is not strictly ascending "
                                   f"within a first token")
+
+
+def read_table(path) -> StaticTable:
+    """Any format's content as a canonical StaticTable, copied out of the file (for convert and merge)."""
+    if formats.detect(path) == "llama":
+        return read_static(path)  # (no constmap to build: the legacy file lists its keys)
+    with StaticCache.open(path) as cache:
+        return cache.to_table()

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import FormatError
+from ..errors import FormatError
 
-COUNT_MAX = 2**31 - 1  # stored counts saturate here instead of wrapping (llama.cpp wraps int32)
 SPAN_BITS = 24  # constmap value = offset << 24 | n_followers
 MAX_FOLLOWERS = (1 << SPAN_BITS) - 1
 MAX_OFFSET = 1 << 40

@@ -26,8 +26,10 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .errors import InputError
-from .table import COUNT_MAX, NgramTable
+from .. import rules
+from ..errors import InputError
+from ..rules import COUNT_MAX
+from .tables import NgramTable
 
 # Columns of Cache.ent (one row per n-gram key) and of Cache.pairs (one row per (key, follower)).
 TOTAL, MAXC, BEST, HEAD = 4, 5, 6, 7  # columns 0..3: the n-gram
@@ -40,9 +42,9 @@ ent: (cap, 8) int64 rows k0 k1 k2 k3 total maxc best head; pairs: (pcap, 4) int6
 next owner; n: [n_keys, n_pairs]; thr: (2, 4) int64 drafting thresholds MIN_N, MIN_P by n-1;
 filt: per slot-table bucket, how many n-grams there pass the precheck (uint8, sticky at 255)."""
 
-# llama.cpp's drafting thresholds (rows MIN_N, MIN_P; columns n = 1..4), compile-time constants there.
-LAX = np.array([[2, 2, 1, 1], [66, 50, 50, 50]], dtype=np.int64)  # context cache
-STRICT = np.array([[4, 3, 2, 2], [75, 66, 66, 66]], dtype=np.int64)  # dynamic cache
+# llama.cpp's drafting thresholds as the kernels read them: rows MIN_N, MIN_P; columns n = 1..4.
+LAX = np.array([rules.CONTEXT_MIN_N, rules.CONTEXT_MIN_P], dtype=np.int64)  # context cache
+STRICT = np.array([rules.DYNAMIC_MIN_N, rules.DYNAMIC_MIN_P], dtype=np.int64)  # dynamic cache
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)

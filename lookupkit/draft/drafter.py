@@ -16,15 +16,14 @@ import os
 
 import numpy as np
 
-from .draft_fast import Thresholds, draft_tokens, grow_memo, new_memo, static_arrays
-from .errors import InputError
-from .flatcache import FlatCache
-from .ids import token_ids
-from .ngram_cache import load_table
-from .replay import DEFAULT_DRAFT, MAX_DRAFT
-from .static import StaticCache
-from .table import NgramTable
-from .trace import SOURCE_NAMES
+from .fast import Thresholds, draft_tokens, grow_memo, new_memo, static_arrays
+from ..errors import InputError
+from ..counts.flat import FlatCache
+from ..token_ids import token_ids
+from ..formats import read_ngrams
+from ..static.cache import StaticCache
+from ..counts.tables import NgramTable
+from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES
 
 
 class Drafter:
@@ -42,7 +41,7 @@ class Drafter:
         elif static is not None and hasattr(static, "check_vocab"):
             static.check_vocab(expect_vocab)
         if isinstance(dynamic, (str, os.PathLike)):
-            dynamic = load_table(dynamic)
+            dynamic = read_ngrams(dynamic)
         if dynamic is not None and not isinstance(dynamic, NgramTable):
             raise InputError(f"dynamic must be an NgramTable or a path to a legacy cache, got {type(dynamic).__name__}")
         self.thresholds = thresholds or Thresholds()

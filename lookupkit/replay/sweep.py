@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 
-from . import ngram_source, replay
-from .draft_fast import Thresholds
-from .errors import InputError
-from .flatcache import LAX, STRICT
+from . import longest_match as ngram_source
+from . import run as replay
+from ..draft.fast import Thresholds
+from ..errors import InputError
+from ..counts.flat import LAX, STRICT
 from .trace import ReplayTrace
 
 SOURCES = ("lookup", "ngram")
@@ -69,7 +70,7 @@ def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, 
     Grid axes: n_draft, and thresholds (a draft_fast.Thresholds, or (label, Thresholds)) for the
     lookup source; n_draft, min_match, max_match for the ngram source.
     """
-    from .replay_fast import replay_fast
+    from .fast import replay_fast
 
     if source not in SOURCES:
         raise InputError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")

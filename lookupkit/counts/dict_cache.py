@@ -1,4 +1,4 @@
-"""Mutable n-gram caches (context and dynamic): llama.cpp's update, merge and legacy load/save.
+"""Mutable n-gram caches (context and dynamic): llama.cpp's update and merge, written plainly.
 
 `NgramCache` is the readable, dict-based reference of llama.cpp's `common_ngram_cache`: a map from
 n-grams of 1..4 tokens (unpadded tuples, so sizes never collide) to {follower token: count}. Counts are
@@ -8,16 +8,12 @@ written out. `merge_tables` is the same merge for whole tables, vectorised, for 
 
 from __future__ import annotations
 
-import os
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from .atomic import atomic_writer
-from .formats import llama, read_legacy_ngrams
-from .table import COUNT_MAX, NgramTable
-
-NGRAM_MIN, NGRAM_MAX = 1, 4
+from ..rules import COUNT_MAX, NGRAM_MAX, NGRAM_MIN
+from .tables import NgramTable
 
 
 class NgramCache:
@@ -79,26 +75,6 @@ class NgramCache:
             offsets.append(len(pairs))
         return NgramTable.canonical(np.array(ngrams, dtype=np.int32).reshape(-1, 4),
                                     np.array(offsets, dtype=np.int64), np.array(pairs, dtype=np.int32).reshape(-1, 2))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "NgramCache":
-        """Load a llama.cpp legacy cache file (-lcd/-lcs)."""
-        return cls.from_table(load_table(path))
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write a llama.cpp legacy cache file atomically (a failed save leaves `path` untouched)."""
-        save_table(self.to_table(), path)
-
-
-def load_table(path: str | os.PathLike) -> NgramTable:
-    """Read a llama.cpp legacy cache file into a canonical table (FormatError if corrupt)."""
-    return read_legacy_ngrams(path)
-
-
-def save_table(table: NgramTable, path: str | os.PathLike) -> None:
-    """Write a table as a llama.cpp legacy file, atomically."""
-    with atomic_writer(path) as f:
-        f.write(llama.encode(table).tobytes())
 
 
 def merge_tables(tables: Iterable[NgramTable]) -> NgramTable:

@@ -1,7 +1,7 @@
 """Child-process probes: each measurement runs in a fresh interpreter so RSS and page state are its own.
 
-`python -m lookupkit.bench.probe open PATH --runs N [--cold]` and
-`python -m lookupkit.bench.probe replay TOKENS [--lcs PATH] --ctx C --draft D [--hold]` print one JSON line.
+`python -m lookupkit.bench.startup_probe open PATH --runs N [--cold]` and
+`python -m lookupkit.bench.startup_probe replay TOKENS [--lcs PATH] --ctx C --draft D [--hold]` print one JSON line.
 With --hold, the replay probe then prints "ready" and waits for a line on stdin, so a parent can read
 every process's /proc/PID/smaps_rollup while all of them are alive (the sharing measurement).
 """
@@ -40,7 +40,7 @@ def evict(path: str) -> None:
 
 
 def probe_open(path: str, runs: int, cold: bool) -> dict:
-    from lookupkit import StaticCache
+    from .. import StaticCache
 
     StaticCache.open(path).close()  # import/JIT/first-touch costs are not the open
     times = []
@@ -58,11 +58,12 @@ def probe_open(path: str, runs: int, cold: bool) -> dict:
 
 
 def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool) -> dict:
-    from lookupkit import StaticCache
-    from lookupkit.memory import peak_rss_bytes
-    from lookupkit.replay import load_tokens, replay
+    from .. import StaticCache
+    from ..memory import peak_rss_bytes
+    from ..corpora import read_token_file
+    from ..replay import replay
 
-    ids = load_tokens(tokens)
+    ids = read_token_file(tokens)
     rss_base = memory()["rss"]
     t = time.perf_counter()
     static = StaticCache.open(lcs) if lcs else None
@@ -82,7 +83,7 @@ def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: b
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="lookupkit.bench.probe")
+    p = argparse.ArgumentParser(prog="lookupkit.bench.startup_probe")
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("open")
     o.add_argument("path")

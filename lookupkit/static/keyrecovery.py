@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .constmap import NOT_FOUND, ConstMapView, lookup
-from .errors import FormatError
-from .table import SPAN_BITS
+from ..formats.vmap import NOT_FOUND, ConstMapView, lookup
+from ..errors import FormatError
+from ..counts.tables import SPAN_BITS
 
 SEARCH_BUDGET = 3 * 10**8  # lookups beyond the forward pass: ~30-60 s at the measured 100-200 ns each
 SEED_TOKENS = 256
@@ -124,8 +124,7 @@ class _Recovery:
         self.owner = np.full(len(pairs), -1, np.int32)
         self.stack = np.empty(cap, np.int32)
         self.ctr = np.array([0, 0, 0, 0, budget], np.int64)
-        self.map = (np.uint64(cmap.seed), np.uint64(cmap.segment_length), np.uint64(cmap.segment_count_length),
-                    cmap.data, cmap.checks)
+        self.map = cmap.args
         self.budget = budget
 
     @property

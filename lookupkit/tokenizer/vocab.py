@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from lookupkit import bpe_backends as bb
-from lookupkit.errors import FormatError, InputError
-from lookupkit.gguf import GGUF_MAGIC, read_metadata
+from . import backends as bb
+from ..errors import FormatError
+from ..files import open_input
+from .gguf import GGUF_MAGIC, read_metadata
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
@@ -60,15 +61,8 @@ class Vocab:
 def load(path) -> Vocab:
     """A GGUF vocabulary (tokenizer.ggml.*) or a HF tokenizer.json (byte-level BPE), by content."""
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory, not a vocabulary file")
-    try:
-        with open(p, "rb") as f:
-            head = f.read(64)
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror})") from None
+    with open_input(p, "vocabulary") as f:
+        head = f.read(64)
     if head[:4] == GGUF_MAGIC:
         return _vocab_from_gguf(p)
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":

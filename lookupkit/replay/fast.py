@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from . import flatcache as fc
-from .draft_fast import Thresholds, draft, grow_memo, new_memo, static_arrays
-from .replay import check_args
-from .table import NgramTable
+from ..counts import flat as fc
+from ..draft.fast import Thresholds, draft, grow_memo, new_memo, static_arrays
+from ..rules import check_replay
+from ..counts.tables import NgramTable
 from .trace import ReplayTrace
 
 CHUNK_DONE, NEED_RECORDS = 0, 1
@@ -62,7 +62,7 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     n_draft, n_ctx = int(n_draft), int(n_ctx)
-    check_args(len(tokens), n_ctx, n_draft)
+    check_replay(len(tokens), n_ctx, n_draft)
     thr = thresholds or Thresholds()
     st = static_arrays(static, thr.static)
     n_chunks = (len(tokens) - 1) // n_ctx  # full chunks with at least one more token after them

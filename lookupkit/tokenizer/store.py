@@ -28,9 +28,9 @@ from typing import Iterator
 import numpy as np
 import zstandard
 
-from .atomic import atomic_writer
-from .cachedir import default_root, ensure_dir
-from .errors import FormatError, InputError
+from ..files import atomic_writer
+from ..files import default_root, ensure_dir
+from ..errors import FormatError, InputError
 
 MAGIC = b"LKTOK001"
 VERSION = 1

@@ -16,9 +16,9 @@ from typing import Iterable, Iterator
 import numpy as np
 import regex
 
-from lookupkit import bpe_backends as bb
-from lookupkit.errors import FormatError
-from lookupkit.vocab import BYTE, CONTROL, FIM_TEXTS, UNKNOWN, USER_DEFINED, Vocab, fingerprint, load as load_vocab
+from . import backends as bb
+from ..errors import FormatError
+from .vocab import BYTE, CONTROL, FIM_TEXTS, UNKNOWN, USER_DEFINED, Vocab, fingerprint, load as load_vocab
 
 # llama.cpp marks these texts control even when the GGUF says normal (end-of-generation list;
 # it covers the EOT and EOM candidates too). qwen2's normal "</s>" is the case that matters here.
@@ -56,6 +56,7 @@ class Tokenizer:
         self._finder = {ps: _finder([s for s in self._specials if ps or s[2]]) for ps in (False, True)}
         self._cuttable = not any("\n" in s for s, _, _ in specials)
         self._backend = _make_backend(v)
+        self.bundled = False  # True for Tokenizer.default(): errors then say that no -m was given
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -67,7 +68,9 @@ class Tokenizer:
     def default(cls) -> "Tokenizer":
         """The bundled GPT-2 vocabulary (MIT), so lookupkit works without a model file."""
         with resources.as_file(resources.files("lookupkit") / "data" / "ggml-vocab-gpt-2.gguf") as p:
-            return cls.from_file(p)
+            tok = cls.from_file(p)
+        tok.bundled = True
+        return tok
 
     # -- encoding -----------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> np.ndarray:

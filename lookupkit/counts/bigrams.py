@@ -15,8 +15,9 @@ from typing import Iterable
 import numpy as np
 from numba import njit
 
-from .errors import InputError
-from .table import COUNT_MAX, StaticTable
+from ..errors import InputError
+from ..rules import COUNT_MAX
+from .tables import StaticTable
 
 CHUNK_TOKENS = 16 * 2**20
 PACK_BITS = 21  # three ids < 2^21 fit one uint64 (qwen2: 151,936 ids)
@@ -25,15 +26,19 @@ PACK_BITS = 21  # three ids < 2^21 fit one uint64 (qwen2: 151,936 ids)
 class FollowerCounter:
     """Accumulates counts document by document; `table()` returns the canonical StaticTable."""
 
-    def __init__(self, n_vocab: int, chunk_tokens: int = CHUNK_TOKENS, packed: bool | None = None):
+    def __init__(self, n_vocab: int, chunk_tokens: int = CHUNK_TOKENS, packed: bool | None = None,
+                 vocab_name: str = "the vocabulary", id_bound: int | None = None):
+        """n_vocab: ids must lie in 0..n_vocab-1 (ids of no known vocabulary: ID_MAX + 1). id_bound: the
+        ids are known to be below it (decides packing when smaller than n_vocab). vocab_name: for errors."""
         if n_vocab <= 0:
             raise InputError(f"vocabulary size must be positive, got {n_vocab}")
         if chunk_tokens < 3:
             raise InputError(f"chunk size must be at least 3 tokens, got {chunk_tokens}")
-        fits = n_vocab <= 1 << PACK_BITS
+        self.id_bound = min(n_vocab, id_bound or n_vocab)
+        fits = self.id_bound <= 1 << PACK_BITS
         if packed and not fits:
             raise InputError(f"ids of a {n_vocab}-token vocabulary do not fit the packed {PACK_BITS}-bit path")
-        self.n_vocab = n_vocab
+        self.n_vocab, self.vocab_name = n_vocab, vocab_name
         self.packed = fits if packed is None else packed
         self.n_tokens = 0
         self.n_documents = 0
@@ -88,10 +93,10 @@ class FollowerCounter:
     def _check_ids(self, arr: np.ndarray, offset: int) -> None:
         if arr.dtype.kind not in "iu":
             raise InputError(f"token ids must be integers, got {arr.dtype}")
-        if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= self.n_vocab):
-            i = int(np.flatnonzero((arr < 0) | (arr >= self.n_vocab))[0])
+        if len(arr) and (int(arr.min()) < 0 or int(arr.max()) >= self.id_bound):
+            i = int(np.flatnonzero((arr < 0) | (arr >= self.id_bound))[0])
             raise InputError(f"token id {int(arr[i])} at position {offset + i} of document {self.n_documents + 1} "
-                             f"is outside the vocabulary (0..{self.n_vocab - 1})")
+                             f"is outside {self.vocab_name} (0..{self.n_vocab - 1})")
 
     def _add_chunk(self, tokens: np.ndarray) -> None:
         keys, counts = _sorted_unique(_triples(tokens, self.packed))

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from .trace import STATIC, context_code, dynamic_code
-
-# Thresholds indexed by n-1: minimum total samples, minimum share (%) of the chosen token.
-LAX_N, LAX_P = (2, 2, 1, 1), (66, 50, 50, 50)  # context cache
-STRICT_N, STRICT_P = (4, 3, 2, 2), (75, 66, 66, 66)  # dynamic cache
-STATIC_N, STATIC_P = LAX_N[1], LAX_P[1]  # static cache on its own (2-grams)
-STATIC_WEIGHT = 100
+from ..rules import (CONTEXT_MIN_N, CONTEXT_MIN_P, DYNAMIC_MIN_N, DYNAMIC_MIN_P, STATIC, STATIC_MIN_N, STATIC_MIN_P,
+                     STATIC_WEIGHT, context_code, dynamic_code)
 
 
 class Followers(Protocol):
@@ -29,7 +24,7 @@ class StaticSource(Protocol):
 
 def draft_reference(seq: Sequence[int], n_draft: int, ctx: Followers | None, dyn: Followers | None,
                     static: StaticSource | None = None, precheck: bool = True) -> tuple[list[int], list[int]]:
-    """Draft up to `n_draft` tokens after `seq`; returns (tokens, source codes of lookupkit.trace).
+    """Draft up to `n_draft` tokens after `seq`; returns (tokens, source codes of lookupkit.rules).
 
     `seq` is the output so far (its last token is the one just sampled). The caches are not updated.
     `precheck` skips scoring an n-gram whose total or top-follower share already fails; it never
@@ -44,11 +39,11 @@ def draft_reference(seq: Sequence[int], n_draft: int, ctx: Followers | None, dyn
         s = seq + tokens
         weights = _static_part(static, s[-2], s[-1])
         keys = {n: tuple(s[len(s) - n:]) for n in range(1, 5) if len(s) - n >= 0}
-        hit = _try_primary(ctx, keys, weights, LAX_N, LAX_P, precheck)
+        hit = _try_primary(ctx, keys, weights, CONTEXT_MIN_N, CONTEXT_MIN_P, precheck)
         if hit is not None:
             tok, code = hit[0], context_code(hit[1])
         else:
-            hit = _try_primary(dyn, keys, weights, STRICT_N, STRICT_P, precheck)
+            hit = _try_primary(dyn, keys, weights, DYNAMIC_MIN_N, DYNAMIC_MIN_P, precheck)
             if hit is not None:
                 tok, code = hit[0], dynamic_code(hit[1])
             else:
@@ -101,6 +96,6 @@ def _try_static(weights: dict[int, int]) -> int | None:
         return None
     total = sum(weights.values())
     best_tok = min(weights, key=lambda t: (-weights[t], t))
-    if total < STATIC_N or 100 * weights[best_tok] < STATIC_P * total:
+    if total < STATIC_MIN_N or 100 * weights[best_tok] < STATIC_MIN_P * total:
         return None
     return best_tok

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .errors import FormatError
+from ..errors import FormatError
 
 MAGIC = b"VMAP0001"
 HEADER_SIZE = 32
@@ -50,18 +50,15 @@ class ConstMapView:
     def segment_count_length(self) -> int:
         return self.segment_count * self.segment_length
 
-    def get(self, t0: int, t1: int) -> int:
-        """Value stored for the 2-gram, or NOT_FOUND."""
-        return int(lookup(np.int32(t0), np.int32(t1), np.uint64(self.seed), np.uint64(self.segment_length),
-                           np.uint64(self.segment_count_length), self.data, self.checks))
+    @property
+    def hash_args(self) -> tuple:
+        """(seed, segment_length, segment_count_length) as the kernels' `probes` take them."""
+        return np.uint64(self.seed), np.uint64(self.segment_length), np.uint64(self.segment_count_length)
 
-    def get_many(self, keys: np.ndarray) -> np.ndarray:
-        """Values for an (n, 2) int32 array of 2-grams (NOT_FOUND where absent)."""
-        keys = np.ascontiguousarray(keys, dtype=np.int32).reshape(-1, 2)
-        out = np.empty(len(keys), dtype=np.uint64)
-        lookup_many(keys, np.uint64(self.seed), np.uint64(self.segment_length),
-                     np.uint64(self.segment_count_length), self.data, self.checks, out)
-        return out
+    @property
+    def args(self) -> tuple:
+        """hash_args + (data, checks): everything `lookup` takes after the key."""
+        return (*self.hash_args, self.data, self.checks)
 
 
 def parse(buf: memoryview | np.ndarray, offset: int = 0, length: int | None = None) -> ConstMapView:
@@ -156,12 +153,6 @@ def lookup(t0, t1, seed, seg_len, seg_count_len, data, checks):
     if (checks[h0] ^ checks[h1] ^ checks[h2]) != (x ^ (x >> np.uint64(32))):
         return NOT_FOUND
     return data[h0] ^ data[h1] ^ data[h2]
-
-
-@njit(cache=True)
-def lookup_many(keys, seed, seg_len, seg_count_len, data, checks, out):
-    for i in range(keys.shape[0]):
-        out[i] = lookup(keys[i, 0], keys[i, 1], seed, seg_len, seg_count_len, data, checks)
 
 
 @njit(cache=True)

@@ -25,13 +25,12 @@ from collections import namedtuple
 
 import numpy as np
 
-from .flatcache import (BEST, CNT, HEAD, LAX, MAXC, NEXT, STRICT, TOK, TOTAL, check_thresholds, find_hashed, hash_key,
+from ..counts.flat import (BEST, CNT, HEAD, LAX, MAXC, NEXT, STRICT, TOK, TOTAL, check_thresholds, find_hashed, hash_key,
                         kernel, may_pass, mix)
-from .static import count_in, span_of
-from .trace import STATIC
+from ..rules import STATIC, STATIC_MIN_N, STATIC_MIN_P, STATIC_WEIGHT
+from ..static.lookup import count_in, span_of
 
-STATIC_WEIGHT = 100
-STATIC_THR = (2, 50)  # the static cache alone: llama.cpp uses the context thresholds of n = 2
+STATIC_THR = (STATIC_MIN_N, STATIC_MIN_P)
 
 Thresholds = namedtuple("Thresholds", "context dynamic static", defaults=(LAX, STRICT, STATIC_THR))
 Thresholds.__doc__ = """Drafting thresholds: context and dynamic (2, 4) rows MIN_N, MIN_P by n-1; static
@@ -57,7 +56,7 @@ def static_arrays(static, thr=STATIC_THR) -> Static:
         empty = np.zeros(0, np.uint64)
         return Static(np.zeros((0, 2), np.int32), empty, empty, np.zeros(4, np.uint64), thr)
     cmap = static.cmap
-    params = np.array([cmap.seed, cmap.segment_length, cmap.segment_count_length, len(static.pairs)], np.uint64)
+    params = np.array([*cmap.hash_args, len(static.pairs)], np.uint64)
     return Static(static.pairs, cmap.data, cmap.checks, params, thr)
 
 

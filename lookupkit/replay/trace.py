@@ -2,8 +2,7 @@
 
 Both replay engines (the readable reference and the fast one) fill the same flat arrays, so the
 counters, the per-position and per-source tables and the `.steps` dump are computed once, here.
-Source codes: 1..4 = context n-gram of size n, 5..8 = dynamic of size code-4, 9 = static 2-gram,
-10 = the longest-match source (ngram_source).
+Source codes are lookupkit.rules' SOURCE_NAMES.
 """
 
 from __future__ import annotations
@@ -12,19 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", 9: "s2", 10: "ng"}
-STATIC = 9
-NGRAM = 10  # the longest-match source (lookupkit.ngram_source)
+from ..rules import SOURCE_NAMES
+
 STEPS_HEADER = ("# chunk pos n_drafted n_accepted | drafted tokens | "
                 "source per drafted token (c=context,d=dynamic,s=static; digit=n)")
-
-
-def context_code(n: int) -> int:
-    return n
-
-
-def dynamic_code(n: int) -> int:
-    return 4 + n
 
 
 @dataclass

@@ -21,10 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import InputError
-from .flatcache import kernel, mix
-from .replay import check_args
-from .trace import NGRAM, ReplayTrace
+from ..errors import InputError
+from ..counts.flat import kernel, mix
+from ..rules import LONGEST_MATCH, check_replay
+from .trace import ReplayTrace
 
 DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = 3, 3, 8
 MAX_DRAFT = 8
@@ -154,7 +154,7 @@ def replay_ngram(tokens, n_ctx: int, n_draft: int = DEFAULT_DRAFT, min_match: in
     """lookup-stats over `tokens` with the longest-match source (compiled); t_draft_s times the chunk loop."""
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     n_ctx, n_draft = int(n_ctx), int(n_draft)
-    check_args(len(tokens), n_ctx, n_draft)
+    check_replay(len(tokens), n_ctx, n_draft)
     check_params(n_draft, min_match, max_match)
     n_chunks = (len(tokens) - 1) // n_ctx
     entries = n_ctx * (max_match - min_match + 1)  # at most one per end position and match length
@@ -175,5 +175,5 @@ def replay_ngram(tokens, n_ctx: int, n_draft: int = DEFAULT_DRAFT, min_match: in
     return ReplayTrace(n_ctx=n_ctx, n_draft=n_draft, n_input=len(tokens), chunk=calls[:n_calls, 0].copy(),
                        pos=calls[:n_calls, 1].copy(), n_drafted=calls[:n_calls, 2].copy(),
                        n_accepted=calls[:n_calls, 3].copy(), tokens=drafted[:n_toks].copy(),
-                       sources=np.full(n_toks, NGRAM, np.int8), t_draft_s=t_draft,
+                       sources=np.full(n_toks, LONGEST_MATCH, np.int8), t_draft_s=t_draft,
                        extra={"source": "ngram", "ngram_min_match": min_match, "ngram_max_match": max_match})

@@ -1,0 +1,5 @@
+"""`python -m lookupkit` runs the umbrella command, as `lookupkit` does."""
+
+from .cli.main import main
+
+main()

@@ -1,0 +1,61 @@
+"""llama.cpp's prompt-lookup facts, written once: thresholds, the static weight, limits, source codes.
+
+From common/ngram-cache.{h,cpp} and examples/lookup (../shared/docs/llama-lookup.md sections 4 and 7).
+Both drafting engines, the replay loops, the Drafter and the CLI read them from here; nothing else
+spells these numbers. lookupkit's two determinism rules (ties go to the smallest token id; an n-gram
+window starting before position 0 is a miss) are behaviour, not constants: see draft.reference.
+"""
+
+from __future__ import annotations
+
+from .errors import InputError
+
+# n-gram sizes of the context and dynamic caches (LLAMA_NGRAM_MIN/MAX), and of the static cache.
+NGRAM_MIN, NGRAM_MAX = 1, 4
+NGRAM_STATIC = 2
+
+# Drafting thresholds indexed by n - 1: MIN_N (minimum total samples), MIN_P (minimum share, %, of the
+# chosen token). Context: llama.cpp's "lax" arrays; dynamic: its "strict" arrays.
+CONTEXT_MIN_N, CONTEXT_MIN_P = (2, 2, 1, 1), (66, 50, 50, 50)
+DYNAMIC_MIN_N, DYNAMIC_MIN_P = (4, 3, 2, 2), (75, 66, 66, 66)
+# The static cache on its own: llama.cpp applies the context thresholds of n = 2.
+STATIC_MIN_N, STATIC_MIN_P = CONTEXT_MIN_N[NGRAM_STATIC - 1], CONTEXT_MIN_P[NGRAM_STATIC - 1]
+# A follower the static cache also knows scores count * STATIC_WEIGHT * static count (else count * 1).
+STATIC_WEIGHT = 100
+
+# Stored counts saturate here instead of wrapping (llama.cpp's int32 counts wrap).
+COUNT_MAX = 2**31 - 1
+# Token ids are int32: 0 .. ID_MAX.
+ID_MAX = 2**31 - 1
+
+# lookup-stats: --draft default and range, --ctx-size range.
+DEFAULT_DRAFT = 16
+MAX_DRAFT = 1024
+MAX_CTX = 2**31 - 1
+
+# Source codes of drafted tokens (the .steps files' last column): 1..4 context n-gram of size n,
+# 5..8 dynamic of size code - 4, 9 the static 2-gram, 10 lookupkit's longest-match source.
+SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", 9: "s2", 10: "ng"}
+STATIC = 9
+LONGEST_MATCH = 10
+SOURCE_LEGEND = ("sources: c1..c4 = this sequence's (context) n-gram of 1..4 tokens, d1..d4 = the dynamic "
+                 "cache's (earlier runs), s2 = the static cache's 2-gram alone, ng = longest earlier match")
+
+
+def context_code(n: int) -> int:
+    return n
+
+
+def dynamic_code(n: int) -> int:
+    return NGRAM_MAX + n
+
+
+def check_replay(n_input: int, n_ctx: int, n_draft: int, max_draft: int = MAX_DRAFT) -> None:
+    """Refuse parameters that cannot give a meaningful lookup-stats replay, with the reason."""
+    if not 1 <= n_draft <= max_draft:
+        raise InputError(f"--draft must be between 1 and {max_draft}, got {n_draft}")
+    if not 2 <= n_ctx <= MAX_CTX:
+        raise InputError(f"--ctx-size must be between 2 and {MAX_CTX}, got {n_ctx}")
+    if n_input <= n_ctx:
+        raise InputError(f"the input has {n_input} tokens; replaying with --ctx-size {n_ctx} needs more than "
+                         f"{n_ctx} (only full chunks followed by at least one more token are evaluated)")

@@ -1,0 +1,61 @@
+"""The static cache's lookups, compiled: a 2-gram's span in the pairs, and one follower's count in a run.
+
+Shared by `StaticCache` (single and batched lookups) and the fast drafter, which calls them from its own
+kernels. A corrupted constmap can map a 2-gram to a span outside the pairs: `span_of` reports it as
+length -1 and never reads it; callers decide (StaticCache raises, the drafter treats it as a miss).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..formats.vmap import NOT_FOUND, lookup
+from ..counts.tables import SPAN_BITS
+
+_MASK = np.uint64((1 << SPAN_BITS) - 1)
+
+
+@njit(cache=True)
+def span_of(t0, t1, seed, seg_len, seg_count_len, data, checks, n_pairs):
+    """(offset, length) of the 2-gram's followers; (0, 0) if absent, (0, -1) if the span leaves the pairs."""
+    v = lookup(t0, t1, seed, seg_len, seg_count_len, data, checks)
+    if v == NOT_FOUND:
+        return np.int64(0), np.int64(0)
+    off = v >> np.uint64(SPAN_BITS)
+    n = v & _MASK
+    if n == 0 or off + n > n_pairs:
+        return np.int64(0), np.int64(-1)
+    return np.int64(off), np.int64(n)
+
+
+@njit(cache=True)
+def count_in(pairs, off, n, token):
+    """Count of `token` in the run pairs[off:off+n] (sorted by token): fixed-length binary search, 0 if absent."""
+    if n <= 0:
+        return np.int64(0)
+    base = off
+    while n > 1:
+        half = n >> 1
+        base += half * np.int64(pairs[base + half, 0] <= token)
+        n -= half
+    return np.int64(pairs[base, 1]) if pairs[base, 0] == token else np.int64(0)
+
+
+@njit(cache=True)
+def spans_many(keys, seed, seg_len, scl, data, checks, n_pairs, offs, lens):
+    bad = 0
+    for i in range(keys.shape[0]):
+        offs[i], lens[i] = span_of(keys[i, 0], keys[i, 1], seed, seg_len, scl, data, checks, n_pairs)
+        bad += lens[i] < 0
+    return bad
+
+
+@njit(cache=True)
+def counts_many(keys, tokens, pairs, seed, seg_len, scl, data, checks, n_pairs, out):
+    bad = 0
+    for i in range(keys.shape[0]):
+        off, n = span_of(keys[i, 0], keys[i, 1], seed, seg_len, scl, data, checks, n_pairs)
+        bad += n < 0
+        out[i] = count_in(pairs, off, n, tokens[i])
+    return bad

@@ -1,0 +1,10 @@
+"""Tokenize: llama.cpp's exact ids from a GGUF vocabulary or a HF tokenizer.json, with no model.
+
+gguf (metadata reader) -> vocab (Vocab, fingerprint) -> backends (tiktoken / HF BPE) -> encode
+(`Tokenizer`: special tokens, BOS/EOS, safe cuts for streaming); store keeps tokenized corpora as
+zstd int32 so prefixes of one corpus tokenize once.
+"""
+
+from .encode import SAFE_CUT, Tokenizer
+
+__all__ = ["SAFE_CUT", "Tokenizer"]
