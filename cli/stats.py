@@ -24,6 +24,7 @@ from ..memory import peak_rss_bytes
 from ..replay import longest_match
 from ..replay.run import replay
 from ..replay.sweep import default_grid, expected_speedup, sweep as run_sweep, sweep_table
+from ..replay.cost import VerifyCost
 from ..replay.trace import ReplayTrace
 from ..rules import DEFAULT_DRAFT, SOURCE_LEGEND, check_replay
 from ..static import StaticCache
@@ -64,8 +65,10 @@ def stats(
                                             "this match length (default 3)."),
     max_match: Optional[int] = typer.Option(None, "--ngram-max-match", help="--source ngram: longest match "
                                             "length considered (default 8)."),
-    verify_cost: Optional[float] = typer.Option(None, "--verify-cost", min=0.0, help="Relative extra cost of each "
-                                                "drafted position in a verify batch: report the expected speed-up."),
+    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Extra cost of each "
+                                              "drafted position in a verify batch, relative to one decoding step, or "
+                                              "the curve `lookupkit calibrate -o` measured on your model: report the "
+                                              "expected speed-up."),
     sweep: bool = typer.Option(False, "--sweep", help="Replay a grid (--draft 1..8 x thresholds, or "
                                "--ngram-min-match 1..8) and print one table; a given --draft/--ngram-min-match "
                                "is held fixed."),
@@ -77,6 +80,7 @@ def stats(
     ngram = source is Source.ngram
     _check_combination(ngram, engine, sweep, lcs=lcs, lcd=lcd, save_dynamic=save_dynamic, dump=dump,
                        ngram_min_match=min_match, ngram_max_match=max_match)
+    cost = VerifyCost.parse(verify_cost) if verify_cost is not None else None
     ids, vocab = _input_tokens(file, model, tokens)
     if n_draft is None and not sweep:  # a sweep without --draft sweeps it
         n_draft = longest_match.DEFAULT_DRAFT if ngram else DEFAULT_DRAFT
@@ -88,8 +92,8 @@ def stats(
     static, dynamic, t_static, t_load = _load_caches(lcs, lcd, vocab, ids)
     if sweep:
         rows = run_sweep(ids, static, dynamic, default_grid(source.value, n_draft, min_match, max_match),
-                         n_ctx=ctx_size, source=source.value, verify_cost=verify_cost)
-        _print_sweep(rows, as_json, source=source.value, n_ctx=ctx_size, n_input=len(ids), verify_cost=verify_cost,
+                         n_ctx=ctx_size, source=source.value, verify_cost=cost)
+        _print_sweep(rows, as_json, source=source.value, n_ctx=ctx_size, n_input=len(ids), verify_cost=cost and cost.describe(),
                      t_load_ms=t_load * 1e3)
         return
     if ngram:
@@ -100,8 +104,8 @@ def stats(
     trace.extra.update(source=source.value, engine=engine.value, n_input=len(ids), peak_rss_mb=peak_rss_bytes() / 1e6)
     if static is not None:
         trace.extra.update(t_static_open_ms=t_static * 1e3)
-    if verify_cost is not None:
-        trace.extra.update(expected_speedup(trace, verify_cost))
+    if cost is not None:
+        trace.extra.update(expected_speedup(trace, cost))
     if dump:
         _write_lines(dump, trace.steps_lines())
     if save_dynamic:
@@ -224,8 +228,11 @@ def report_lines(trace: ReplayTrace) -> list[str]:
                   for name, v in s["per_source"].items()]
         lines.append("  (" + SOURCE_LEGEND + ")")
     if "verify_cost" in s:
-        lines.append(f"speed-up     = {_c(s['speedup'] or math.nan, '.3f')}x over plain decoding at verify cost "
-                     f"{s['verify_cost']:g} (breaks even at {_c(s['break_even_cost'] or math.nan, '.3f')})")
+        at = f"{s['verify_cost']:g}" if isinstance(s["verify_cost"], float) else s["verify_cost"]
+        lines.append(f"speed-up     = {_c(s['speedup'] or math.nan, '.3f')}x over plain decoding at verify cost {at} "
+                     f"(breaks even at a constant cost of {_c(s['break_even_cost'] or math.nan, '.3f')})")
+    lines.append("S(C)         = " + ", ".join(f"{c}: {_c(v or math.nan, '.3f')}" for c, v in s["expected_speedup"].items())
+                 + "  (expected speed-up at verify cost C per drafted token)")
     if "t_static_open_ms" in s:
         lines.append(f"t_static_open= {s['t_static_open_ms']:.2f} ms")
     lines.append(f"peak_rss     = {s['peak_rss_mb']:.1f} MB")

@@ -50,6 +50,13 @@ def dynamic_code(n: int) -> int:
     return NGRAM_MAX + n
 
 
+def check_n_draft(n_draft) -> int:
+    """n_draft as an int in 1..MAX_DRAFT (a bool, float or string is refused, not converted)."""
+    if isinstance(n_draft, bool) or not hasattr(n_draft, "__index__") or not 1 <= n_draft <= MAX_DRAFT:
+        raise InputError(f"n_draft must be an integer between 1 and {MAX_DRAFT}, got {n_draft!r}")
+    return int(n_draft)
+
+
 def check_replay(n_input: int, n_ctx: int, n_draft: int, max_draft: int = MAX_DRAFT) -> None:
     """Refuse parameters that cannot give a meaningful lookup-stats replay, with the reason."""
     if not 1 <= n_draft <= max_draft:

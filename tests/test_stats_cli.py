@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from lookupkit.cli.stats import app as stats_app
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama, read_ngrams
+from lookupkit.replay.cost import save_curve
 from cli_checks import assert_one_line_error
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -366,7 +367,31 @@ def test_verify_cost_reports_the_speedup_model(tmp_path):
     assert out["break_even_cost"] == pytest.approx(accepted / drafted)
     text = stats("--tokens", ids, "-c", 256, "--draft", 4, "--verify-cost", 0.1)
     assert f"speed-up     = {out['speedup']:.3f}x" in text.stdout
-    assert stats("--tokens", ids, "--verify-cost", -1).exit_code == 2
+    assert out["accepted_per_call"] == pytest.approx(accepted / calls)
+    assert list(out["expected_speedup"]) == ["0", "0.05", "0.1", "0.25", "0.5", "1"]
+    assert out["expected_speedup"]["0.1"] == pytest.approx(out["speedup"])
+    assert out["expected_speedup"]["0"] == pytest.approx(out["tokens_per_verify"])
+    assert "S(C)         = 0: " in text.stdout
+    assert_one_line_error(stats("--tokens", ids, "--verify-cost", -1), "finite number >= 0")
+
+
+def test_verify_cost_from_a_calibration_curve(tmp_path):
+    """--verify-cost CURVE.json: each call costs curve[its drafted tokens], as `lookupkit calibrate` measured."""
+    ids = phrases(tmp_path / "p.i32")
+    curve = {0: 1.0, 1: 1.02, 2: 1.05, 3: 1.2, 4: 1.9}
+    save_curve({"model": "m.gguf", "curve": curve}, tmp_path / "curve.json")
+    out = run_json("--tokens", ids, "-c", 256, "--draft", 4, "--verify-cost", tmp_path / "curve.json")
+    steps = tmp_path / "s.steps"
+    stats("--tokens", ids, "-c", 256, "--draft", 4, "--dump", steps)
+    drafted = [int(line.split()[2]) for line in steps.read_text().splitlines()[1:]]
+    assert out["speedup"] == pytest.approx((out["n_accept"] + out["draft_calls"]) / sum(curve[d] for d in drafted))
+    assert out["verify_cost"] == f"curve {tmp_path / 'curve.json'}"
+    short = tmp_path / "short.json"
+    save_curve({"curve": {0: 1.0, 1: 1.1}}, short)
+    assert_one_line_error(stats("--tokens", ids, "-c", 256, "--draft", 4, "--verify-cost", short), "--max-k 4")
+    (tmp_path / "bad.json").write_text("{not json")
+    assert_one_line_error(stats("--tokens", ids, "--verify-cost", tmp_path / "bad.json"), "calibrate -m")
+    assert_one_line_error(stats("--tokens", ids, "--verify-cost", tmp_path / "none.json"), "does not exist")
 
 
 def test_sweep_rows_equal_single_replays(tmp_path):

@@ -23,7 +23,7 @@ from ..token_ids import token_ids
 from ..formats import read_ngrams
 from ..static.cache import StaticCache
 from ..counts.tables import NgramTable
-from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES
+from ..rules import DEFAULT_DRAFT, SOURCE_NAMES, check_n_draft
 
 
 class Drafter:
@@ -79,8 +79,7 @@ class Drafter:
         If `tokens` extends the sequence seen so far, only the new tokens are counted; if it does not,
         the context cache starts over from `tokens` (the old sequence is dropped, not learnt).
         """
-        if isinstance(n_draft, bool) or not isinstance(n_draft, (int, np.integer)) or not 1 <= n_draft <= MAX_DRAFT:
-            raise InputError(f"n_draft must be an integer between 1 and {MAX_DRAFT}, got {n_draft!r}")
+        n_draft = check_n_draft(n_draft)
         if tokens is not None:
             self._sync(token_ids(tokens, "tokens"))
         out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)

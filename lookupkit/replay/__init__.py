@@ -1,11 +1,13 @@
 """Replay: llama-lookup-stats' evaluation loop over known text, and what it measures.
 
-run (`replay`: the readable reference loop or the compiled one in fast), longest_match (the
+run (`replay`: the readable reference loop or the compiled one in fast; fast.replay_generation: one
+generated sequence as an engine drafts it), longest_match (the
 `--source ngram` drafter and its replay), trace (`ReplayTrace`: every draft call and the tables
 derived from it), sweep (grids of replays, expected speed-up).
 """
 
+from .fast import replay_generation
 from .run import replay
 from .trace import ReplayTrace
 
-__all__ = ["ReplayTrace", "replay"]
+__all__ = ["ReplayTrace", "replay", "replay_generation"]

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..counts import flat as fc
 from ..draft.fast import Thresholds, draft, grow_memo, new_memo, static_arrays
-from ..rules import check_replay
+from ..errors import InputError
+from ..rules import DEFAULT_DRAFT, check_n_draft, check_replay
 from ..counts.tables import NgramTable
 from .trace import ReplayTrace
 
@@ -47,6 +48,35 @@ def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, state, calls, drafted,
     return status
 
 
+class _Records:
+    """The per-call rows and drafted tokens of one replay, grown between kernel calls when full."""
+
+    def __init__(self, n_calls: int, n_draft: int):
+        self.calls = np.full((n_calls, 4), 0, np.int32)  # np.full: no first-touch faults while timed
+        self.drafted = np.full(max(2 * n_calls, n_draft), 0, np.int32)
+        self.sources = np.full(len(self.drafted), 0, np.int8)
+
+    def run(self, truth, chunk, n_draft, ctx, dyn, st, memo, state) -> float:
+        """Replay `truth` from `state` to its end; returns the seconds spent inside the compiled loop."""
+        t = 0.0
+        while True:
+            t0 = time.perf_counter()
+            status = _run_chunk(truth, chunk, n_draft, ctx.c, dyn.c, st, memo, state, self.calls, self.drafted,
+                                self.sources)
+            t += time.perf_counter() - t0
+            if status == CHUNK_DONE:
+                return t
+            self.drafted = _grow(self.drafted, state[TOKS] + n_draft)
+            self.sources = _grow(self.sources, len(self.drafted))
+
+    def trace(self, state, **fields) -> ReplayTrace:
+        n, m = int(state[CALLS]), int(state[TOKS])
+        c = self.calls
+        return ReplayTrace(chunk=c[:n, 0].copy(), pos=c[:n, 1].copy(), n_drafted=c[:n, 2].copy(),
+                           n_accepted=c[:n, 3].copy(), tokens=self.drafted[:m].copy(), sources=self.sources[:m].copy(),
+                           **fields)
+
+
 def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: NgramTable | None = None,
                 thresholds: Thresholds | None = None) -> tuple[ReplayTrace, NgramTable]:
     """lookup-stats over `tokens` with the compiled engine; returns the trace and the final dynamic cache.
@@ -70,35 +100,45 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     dyn = fc.FlatCache.from_table(dynamic_table, 8 * n_ctx, 8 * n_ctx, thr.dynamic)  # grows as chunks merge in
     memo = new_memo()
     state = np.zeros(3, np.int64)
-    calls = np.full((n_chunks * (n_ctx - 1), 4), 0, np.int32)  # np.full: no first-touch faults while timed
-    drafted = np.full(max(2 * len(calls), n_draft), 0, np.int32)
-    sources = np.full(len(drafted), 0, np.int8)
-    _run_chunk(tokens[:1], 0, n_draft, ctx.c, dyn.c, st, memo, state, calls, drafted, sources)  # compile or load
+    rec = _Records(n_chunks * (n_ctx - 1), n_draft)
+    rec.run(tokens[:1], 0, n_draft, ctx, dyn, st, memo, state)  # compile or load the kernels, untimed
     state[:] = 0
     t_draft = t_merge = 0.0
     for chunk in range(n_chunks):
-        truth = tokens[chunk * n_ctx:(chunk + 1) * n_ctx]
-        while True:
-            t0 = time.perf_counter()
-            status = _run_chunk(truth, chunk, n_draft, ctx.c, dyn.c, st, memo, state, calls, drafted, sources)
-            t_draft += time.perf_counter() - t0
-            if status == CHUNK_DONE:
-                break
-            drafted = _grow(drafted, state[TOKS] + n_draft)
-            sources = _grow(sources, len(drafted))
+        t_draft += rec.run(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, ctx, dyn, st, memo, state)
         t0 = time.perf_counter()
         dyn.merge(ctx)
         ctx.clear()
         memo = grow_memo(memo)
         t_merge += time.perf_counter() - t0
         state[OUT] = 0
-    n, m = int(state[CALLS]), int(state[TOKS])
-    trace = ReplayTrace(n_ctx=n_ctx, n_draft=n_draft, n_input=len(tokens), chunk=calls[:n, 0].copy(),
-                        pos=calls[:n, 1].copy(), n_drafted=calls[:n, 2].copy(), n_accepted=calls[:n, 3].copy(),
-                        tokens=drafted[:m].copy(), sources=sources[:m].copy(), t_draft_s=t_draft,
-                        extra={"t_merge_ms": t_merge * 1e3})
+    trace = rec.trace(state, n_ctx=n_ctx, n_draft=n_draft, n_input=len(tokens), t_draft_s=t_draft,
+                      extra={"t_merge_ms": t_merge * 1e3})
     return trace, dyn.to_table()
 
+
+def replay_generation(tokens, prompt_len: int, n_draft: int = DEFAULT_DRAFT, static=None,
+                      dynamic: NgramTable | None = None, thresholds: Thresholds | None = None) -> ReplayTrace:
+    """What an engine drafting with lookupkit counts while generating `tokens` from its first `prompt_len`.
+
+    lookup-stats' loop over one sequence, as a speculative engine runs it: the prompt is known (counted
+    into the context cache at once), the first draft is made after `prompt_len` tokens, each call is
+    verified once (the drafted prefix equal to the sequence is accepted, then one token is sampled),
+    no chunking. An engine's draft-call, drafted and accepted counters must equal this trace's.
+    """
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    n_draft = check_n_draft(n_draft)
+    if not 1 <= prompt_len <= len(tokens):
+        raise InputError(f"prompt_len must be between 1 and the {len(tokens)} tokens of the sequence, got {prompt_len}")
+    thr = thresholds or Thresholds()
+    n = len(tokens)
+    ctx = fc.FlatCache(4 * n, 4 * n, thr.context)
+    ctx.update(tokens[:prompt_len])
+    dyn = fc.FlatCache.from_table(dynamic, 0, 0, thr.dynamic)
+    state = np.array([prompt_len, 0, 0], np.int64)
+    rec = _Records(max(n - prompt_len, 1), n_draft)
+    t = rec.run(tokens, 0, n_draft, ctx, dyn, static_arrays(static, thr.static), new_memo(), state)
+    return rec.trace(state, n_ctx=n, n_draft=n_draft, n_input=n, t_draft_s=t)
 
 
 def _grow(arr: np.ndarray, need: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from . import run as replay
 from ..draft.fast import Thresholds
 from ..errors import InputError
 from ..counts.flat import LAX, STRICT
+from .cost import VerifyCost, break_even, speedup
 from .trace import ReplayTrace
 
 SOURCES = ("lookup", "ngram")
@@ -34,15 +35,12 @@ COLUMNS = ("n_draft", "min_match", "max_match", "thresholds", "n_drafted", "n_ac
            "tokens_per_verify", "us_per_drafted_token", "speedup", "break_even_cost")
 
 
-def expected_speedup(trace: ReplayTrace, verify_cost: float) -> dict:
-    """The model above for one replay: speed-up at this cost, and the cost where it breaks even."""
-    if not 0 <= verify_cost < float("inf"):
-        raise InputError(f"--verify-cost must be a finite number >= 0, got {verify_cost}")
-    calls = len(trace.n_drafted)
-    drafted, accepted = int(trace.n_drafted.sum()), int(trace.n_accepted.sum())
-    cost = calls + verify_cost * drafted
-    return {"verify_cost": verify_cost, "speedup": (accepted + calls) / cost if cost else None,
-            "break_even_cost": accepted / drafted if drafted else None}
+def expected_speedup(trace: ReplayTrace, verify_cost) -> dict:
+    """The cost model (replay.cost) for one replay: speed-up at this cost (a number or a VerifyCost), and
+    the constant cost where drafting breaks even."""
+    cost = verify_cost if isinstance(verify_cost, VerifyCost) else VerifyCost(constant=verify_cost)
+    return {"verify_cost": cost.describe(), "speedup": speedup(trace.n_drafted, trace.n_accepted, cost),
+            "break_even_cost": break_even(trace.n_drafted, trace.n_accepted)}
 
 
 def make_grid(**axes) -> list[dict]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..rules import SOURCE_NAMES
+from .cost import speedups
 
 STEPS_HEADER = ("# chunk pos n_drafted n_accepted | drafted tokens | "
                 "source per drafted token (c=context,d=dynamic,s=static; digit=n)")
@@ -59,6 +60,8 @@ class ReplayTrace:
             "drafted_steps": steps,
             "coverage": steps / calls if calls else None,
             "tokens_per_verify": (n_accept + calls) / calls if calls else None,
+            "accepted_per_call": n_accept / calls if calls else None,
+            "expected_speedup": speedups(self.n_drafted, self.n_accepted),
             "accepted_per_position": self.accepted_per_position().tolist(),
             "per_source": self.per_source(),
             **self.extra,

@@ -127,7 +127,7 @@ class StaticCache:
             built = self.vocab_name or "another vocabulary"
             raise VocabMismatchError(f"{self.name} was built for {built} (vocab fingerprint "
                                      f"{self.vocab_fingerprint}) but is used with {used or 'another vocabulary'} "
-                                     f"(fingerprint {fingerprint}); rebuild the cache with this vocabulary")
+                                     f"(fingerprint {fingerprint}); rebuild the cache for it with lookup-create -m VOCAB")
 
     def check_ids(self, ids: np.ndarray) -> None:
         """Refuse ids the cache's vocabulary cannot hold (when it records its size): ids and cache then come

@@ -1,0 +1,51 @@
+"""`lookupkit calibrate`: what verifying 1 + k tokens costs against 1 on your model and machine.
+
+Acceptance (lookup-stats) says how many tokens a draft call yields; this curve says what the call
+costs. Together they answer whether prompt lookup pays on that model (needs llama-cpp-python).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..replay.cost import save_curve
+from ..rules import MAX_DRAFT
+from .common import guarded, print_json
+
+
+@guarded
+def calibrate(
+    model: Path = typer.Option(..., "-m", "--model", metavar="MODEL.gguf", help="The GGUF model to measure."),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="CURVE.json", help="Write the curve as JSON."),
+    reps: int = typer.Option(20, "--reps", min=1, max=100000, help="Repetitions per batch size (medians are kept)."),
+    max_k: int = typer.Option(16, "--max-k", min=1, max=MAX_DRAFT, help="Largest number of drafted tokens measured."),
+    position: int = typer.Option(512, "--position", min=1, help="Context position of the measured batches (tokens "
+                                 "already in the KV cache)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Threads for single tokens and batches "
+                                          "alike (default: llama-cpp-python's, which differ)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole result, raw timings included, as JSON."),
+) -> None:
+    """Measure the cost of evaluating 1 + k tokens against 1 (k = 1..max-k) at a realistic context position."""
+    from ..integrations.calibrate import calibrate as measure  # (imports llama-cpp-python)
+
+    result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads)
+    if out is not None:
+        save_curve(result, out)
+    if as_json:
+        print_json(result)
+        return
+    typer.echo(f"{model}: 1 token after {position} costs {result['t1_s'] * 1e3:.3f} ms "
+               f"(threads {result['threads']}, batch threads {result['threads_batch']}, {reps} reps, medians)")
+    typer.echo("   k  cost of 1+k / cost of 1")
+    for k, c in result["curve"].items():
+        if k:
+            typer.echo(f"{k:4d}  {c:.3f}")
+    typer.echo(f"per drafted position: {result['per_position_cost']:.3f} (least-squares slope)"
+               + (f"\nwrote {out}" if out is not None else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate)

@@ -1,0 +1,13 @@
+"""Drop-in drafters for real inference engines, and what both adapters share.
+
+`lookupkit.integrations.llama_cpp` (llama-cpp-python's draft-model hook) and
+`lookupkit.integrations.transformers` (transformers' `generate(custom_generate=...)`) import their
+engine lazily, so importing this package costs nothing beyond lookupkit itself; `calibrate` measures
+what one more verified token costs on a GGUF model.
+
+Engines hand the drafter the whole history at every call: `session.DraftSession` turns that into the
+Drafter's incremental calls; `engines` holds the lazy imports and the vocabulary check both share.
+
+Threads: a StaticCache is read-only once open, so any number of sessions in any threads may share one
+mapping; a session (a Drafter plus one sequence) is not safe to share between concurrent sequences.
+"""

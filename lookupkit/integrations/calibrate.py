@@ -1,0 +1,67 @@
+"""What verifying a draft costs on one model and machine, and the speed-up a replay then predicts.
+
+Whether prompt lookup pays depends on acceptance (the replay measures it) and on what evaluating 1 + k
+tokens costs against 1 on *this* model (this module measures it). `calibrate` evaluates batches of
+1 + k tokens (k = 0..max_k) with llama-cpp-python at a realistic context position, restoring the KV
+cache to that position before every repetition, interleaving the sizes so drift hits all alike, and
+keeps medians. It measures `Llama.eval` as the speculative loop uses it (logits of every position
+copied out, as llama-cpp-python forces logits_all with a draft model). llama.cpp decodes a single token
+with n_threads and a batch with n_threads_batch: `threads` sets both (llama-cpp-python's defaults give
+the batch twice the threads of one token, which would flatter drafts); the result records both.
+
+    result = calibrate("model.gguf")                     # {"curve": {k: cost of 1+k / cost of 1}, ...}
+    replay.cost.save_curve(result, "curve.json")         # lookup-stats --verify-cost curve.json uses it
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+
+from .engines import gguf_vocab, require
+from ..errors import InputError
+from ..replay.cost import FORMAT
+from ..rules import MAX_DRAFT
+
+
+def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 512, threads: int | None = None,
+              seed: int = 0) -> dict:
+    """Median cost of evaluating 1 + k tokens after `position` tokens, relative to 1 token, k = 0..max_k."""
+    if not isinstance(reps, int) or reps < 1:
+        raise InputError(f"reps must be a whole number >= 1, got {reps!r}")
+    if not isinstance(max_k, int) or not 1 <= max_k <= MAX_DRAFT:
+        raise InputError(f"max_k must be between 1 and {MAX_DRAFT}, got {max_k!r}")
+    if not isinstance(position, int) or position < 1:
+        raise InputError(f"position must be a whole number >= 1, got {position!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InputError(f"threads must be a whole number >= 1, got {threads!r}")
+    gguf_vocab(model_path)  # a file that is not GGUF is refused here, in one line
+    llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
+    llm = llama_cpp.Llama(model_path=os.fspath(model_path), n_ctx=position + max_k + 1, n_batch=max(512, max_k + 1),
+                          n_ubatch=max(512, max_k + 1), n_threads=threads, n_threads_batch=threads,
+                          logits_all=True, verbose=False)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, llm.n_vocab(), position + max_k + 1).tolist()
+    llm.eval(ids[:position])
+    sizes = list(range(max_k + 1))
+    raw: dict[int, list[float]] = {k: [] for k in sizes}
+    for rep in range(reps + 1):  # the first sweep warms caches and is not kept
+        for k in sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]:
+            llm.n_tokens = position  # eval() drops the KV cells from n_tokens on: back to `position`
+            t0 = time.perf_counter()
+            llm.eval(ids[position:position + k + 1])
+            dt = time.perf_counter() - t0
+            if rep:
+                raw[k].append(dt)
+    med = {k: statistics.median(v) for k, v in raw.items()}
+    curve = {k: med[k] / med[0] for k in sizes}
+    slope = float(np.polyfit(np.array(sizes, float), np.array([curve[k] for k in sizes]), 1)[0])
+    result = {"format": FORMAT, "model": os.fspath(model_path), "n_ctx_pos": position,
+              "threads": int(llm.context_params.n_threads), "threads_batch": int(llm.context_params.n_threads_batch),
+              "reps": reps, "t1_s": med[0], "curve": curve, "per_position_cost": slope,
+              "raw_s": {k: v for k, v in raw.items()}}
+    llm.close()
+    return result

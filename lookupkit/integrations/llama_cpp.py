@@ -1,0 +1,97 @@
+"""llama-cpp-python's speculative hook, drafted by lookupkit: `Llama(..., draft_model=LookupDraftModel(...))`.
+
+llama-cpp-python (0.3.x) calls the draft model once per verify batch with the whole history so far
+(the first call comes after the first token is sampled from the prompt's own evaluation), evaluates
+`[last sampled token] + draft` in one batch, keeps the prefix of the draft that sampling agrees with
+plus one sampled token, and calls again; it cuts a draft only at n_ctx. It never says that a
+generation ended: the last draft's outcome is known when `finish(final_tokens)` is called, and counted
+as unresolved if the next call starts a new prompt instead.
+
+    llm = Llama(model_path="model.gguf", draft_model=LookupDraftModel(static="wiki.lkc", n_draft=8))
+    llm = load_llama("model.gguf", static="wiki.lkc", n_draft=8, n_ctx=4096)  # vocabulary checked first
+
+Importing this module imports llama-cpp-python (lookupkit itself never does).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import Drafter
+from .engines import gguf_vocab, open_static, require
+from .session import DraftSession
+from ..errors import InputError
+
+llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
+LlamaDraftModel = require("llama_cpp.llama_speculative", "llama-cpp-python", "llama").LlamaDraftModel
+
+
+class LookupDraftModel(LlamaDraftModel):
+    """Drafts with lookupkit's Drafter (context, dynamic and static caches, llama.cpp's rule).
+
+    static: a path or an open StaticCache (pass one StaticCache to many draft models: one mapping);
+    dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT tokens per call; model: a GGUF path
+    or a Llama whose vocabulary the static cache must have (or call `bind(llm)` once the Llama exists).
+    Counters: n_calls, n_drafted, n_accepted, and `stats()`. One sequence at a time: one draft model
+    per Llama (and so per thread).
+    """
+
+    def __init__(self, static=None, dynamic=None, n_draft: int = 8, model=None):
+        self.static = open_static(static)
+        self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic), n_draft)
+        self.n_ctx: int | None = None
+        if model is not None:
+            self.bind(model)
+
+    def bind(self, model) -> "LookupDraftModel":
+        """Refuse a static cache built for another vocabulary than `model`'s (a GGUF path or a Llama);
+        for a Llama, also cut drafts at its n_ctx, as llama-cpp-python does, so the counters stay exact."""
+        is_path = isinstance(model, (str, os.PathLike))
+        path = model if is_path else getattr(model, "model_path", None)
+        if path is None:
+            raise InputError(f"bind() takes a GGUF model path or a llama_cpp.Llama, got {type(model).__name__}")
+        vocab = gguf_vocab(path)  # a file that is not GGUF is refused here, static cache or not
+        if self.static is not None:
+            self.static.check_vocab(vocab)
+        if not is_path:
+            self.n_ctx = int(model.n_ctx())
+        return self
+
+    def __call__(self, input_ids, /, **kwargs) -> np.ndarray:
+        limit = None if self.n_ctx is None else self.n_ctx - len(input_ids)
+        return self.session.draft(input_ids, limit).astype(np.intc)
+
+    def finish(self, tokens=None, learn: bool = True) -> None:
+        """End the sequence with its final tokens (prompt + completion): resolves the last draft and
+        learns the sequence into the dynamic cache (unless learn=False)."""
+        self.session.finish(tokens, learn)
+
+    @property
+    def n_calls(self) -> int:
+        return self.session.n_calls
+
+    @property
+    def n_drafted(self) -> int:
+        return self.session.n_drafted
+
+    @property
+    def n_accepted(self) -> int:
+        return self.session.n_accepted
+
+    def stats(self) -> dict:
+        return self.session.stats()
+
+    def dynamic_table(self):
+        """What the finished sequences taught the dynamic cache (to save as an -lcd file)."""
+        return self.session.drafter.dynamic_table()
+
+
+def load_llama(model_path, static=None, dynamic=None, n_draft: int = 8, **llama_kwargs):
+    """A Llama drafting with lookupkit; the static cache's vocabulary is checked before the model loads."""
+    model_path = os.fspath(model_path)
+    draft = LookupDraftModel(static=static, dynamic=dynamic, n_draft=n_draft, model=model_path)
+    llm = llama_cpp.Llama(model_path=model_path, draft_model=draft, **llama_kwargs)
+    draft.n_ctx = int(llm.n_ctx())
+    return llm

@@ -1,0 +1,104 @@
+"""The verify-cost model: what a draft call costs, so that a replay's acceptance becomes a speed-up.
+
+A call that drafts k tokens verifies 1 + k positions in one batch. In plain decoding steps it costs
+1 + C * k for a constant C per drafted position (`--verify-cost 0.1`), or curve[k] as `lookupkit
+calibrate` measured it on a model (`--verify-cost curve.json`). Plain decoding costs one step per
+token; a call yields accepted + 1 tokens, so the expected speed-up is S = sum(accepted + 1) / sum(cost).
+Drafting's own time is left out: microseconds per call against the milliseconds of a model evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FormatError, InputError
+from ..files import atomic_writer, open_input
+
+FORMAT = "lookupkit-verify-cost-1"
+REPORTED_COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the constant costs every replay reports S(C) at
+
+
+class VerifyCost:
+    """A constant cost per drafted position, or a measured curve {k: cost of 1 + k / cost of 1}."""
+
+    def __init__(self, constant: float | None = None, curve: dict | None = None, source: str | None = None):
+        if (constant is None) == (curve is None):
+            raise InputError("a verify cost is either a constant or a calibration curve")
+        if constant is not None and not (isinstance(constant, (int, float)) and 0 <= constant < math.inf):
+            raise InputError(f"--verify-cost must be a finite number >= 0 or a calibration JSON file, got {constant!r}")
+        self.constant, self.curve, self.source = constant, curve, source
+
+    @classmethod
+    def parse(cls, text: str) -> "VerifyCost":
+        """`--verify-cost`: a number, or the path of a calibration written by `lookupkit calibrate -o`."""
+        try:
+            return cls(constant=float(text))
+        except ValueError:
+            return cls(curve=load_curve(text)["curve"], source=str(text))
+
+    def call_costs(self, n_drafted: np.ndarray) -> np.ndarray:
+        d = np.asarray(n_drafted, dtype=np.int64)
+        if self.constant is not None:
+            return 1.0 + self.constant * d
+        missing = sorted(set(np.unique(d).tolist()) - set(self.curve))
+        if missing:
+            raise InputError(f"calls drafted {missing[-1]} tokens but the calibration curve stops at "
+                             f"k = {max(self.curve)}; calibrate with --max-k {missing[-1]}")
+        table = np.array([self.curve.get(k, np.nan) for k in range(max(self.curve) + 1)])
+        return table[d]
+
+    def describe(self):
+        return self.constant if self.constant is not None else f"curve {self.source}"
+
+
+def speedup(n_drafted, n_accepted, cost: VerifyCost | float) -> float | None:
+    """Expected speed-up over plain decoding of calls that drafted n_drafted[i] and had n_accepted[i] accepted."""
+    cost = cost if isinstance(cost, VerifyCost) else VerifyCost(constant=cost)
+    a = np.asarray(n_accepted, dtype=np.int64)
+    if not len(a):
+        return None
+    return float((a + 1).sum() / cost.call_costs(n_drafted).sum())
+
+
+def break_even(n_drafted, n_accepted) -> float | None:
+    """The constant cost per drafted position at which drafting gains nothing (S = 1): accepted / drafted."""
+    drafted = int(np.sum(n_drafted))
+    return int(np.sum(n_accepted)) / drafted if drafted else None
+
+
+def speedups(n_drafted, n_accepted) -> dict[str, float | None]:
+    """S(C) at each of REPORTED_COSTS, keyed by C as text ("0.25")."""
+    return {f"{c:g}": speedup(n_drafted, n_accepted, c) for c in REPORTED_COSTS}
+
+
+def save_curve(result: dict, path: str | os.PathLike) -> Path:
+    """Write a calibration as JSON (atomically)."""
+    path = Path(path)
+    with atomic_writer(path) as f:
+        f.write((json.dumps({**result, "format": FORMAT}, indent=2) + "\n").encode())
+    return path
+
+
+def load_curve(path: str | os.PathLike) -> dict:
+    """Read a calibration written by `save_curve` (`lookupkit calibrate -o`); curve keys back to ints."""
+    remedy = f"write one with lookupkit calibrate -m MODEL.gguf -o {path}"
+    try:
+        with open_input(path, "calibration file") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FormatError(f"{path} is not a readable calibration JSON file ({exc}); {remedy}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("curve"), dict):
+        raise FormatError(f"{path} is not a lookupkit calibration ({FORMAT}); {remedy}")
+    try:
+        data["curve"] = {int(k): float(v) for k, v in data["curve"].items()}
+    except (TypeError, ValueError):
+        raise FormatError(f"{path}: its curve is not {{k: cost}} numbers; {remedy}") from None
+    if data["curve"].get(0) != 1.0 or any(not 0 < v < math.inf for v in data["curve"].values()):
+        raise FormatError(f"{path}: a curve starts at k = 0 with cost 1 and holds positive costs; {remedy}")
+    data["raw_s"] = {int(k): v for k, v in data.get("raw_s", {}).items()}
+    return data

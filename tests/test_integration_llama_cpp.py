@@ -1,0 +1,243 @@
+"""lookupkit drafting inside llama-cpp-python's real speculative loop, on a tiny random GGUF built here.
+
+Greedy output with the draft model is plain greedy output; the draft model's counters are what
+lookup-stats' loop predicts for the generated sequence (llama-cpp-python drafts first after the token
+it samples from the prompt, so the replay starts one token after the prompt); threads share one mapping;
+bad input is one line. Also `calibrate` on the same GGUF.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf", reason="the gguf package (to write the tiny model) is not installed")
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+
+from lookupkit import StaticCache, Tokenizer  # noqa: E402
+from lookupkit.errors import FormatError, InputError, VocabMismatchError  # noqa: E402
+from lookupkit.integrations.engines import MissingExtraError  # noqa: E402
+from lookupkit.integrations.session import WINDOW, DraftSession  # noqa: E402
+from lookupkit.integrations.calibrate import calibrate  # noqa: E402
+from lookupkit.replay.cost import VerifyCost, load_curve, save_curve, speedup  # noqa: E402
+from lookupkit.integrations.llama_cpp import LookupDraftModel, load_llama  # noqa: E402
+from lookupkit.rules import MAX_DRAFT  # noqa: E402
+from lookupkit.replay import replay_generation  # noqa: E402
+from tiny_models import (README, foreign_static, learnt, static_from_text,  # noqa: E402,F401
+                         tiny_gguf)
+
+PROMPTS = ["Prompt lookup decoding drafts tokens from n-gram caches.", "def main():\n    return 0\n",
+           "The static cache is opened with mmap, in microseconds."]
+N_NEW = 120
+N_CTX = 1024
+
+
+def llama(path, draft=None) -> "llama_cpp.Llama":
+    return llama_cpp.Llama(model_path=str(path), n_ctx=N_CTX, n_threads=1, n_threads_batch=1, seed=0,
+                           verbose=False, draft_model=draft)
+
+
+def generate(llm, prompt: list[int], n: int = N_NEW) -> list[int]:
+    out = []
+    for tok in llm.generate(prompt, temp=0.0, top_k=1, repeat_penalty=1.0):
+        out.append(int(tok))
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_gguf):
+    """Prompt ids and plain greedy continuations, and a static cache built from README + the first one's text."""
+    llm = llama(tiny_gguf)
+    prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
+    outs = [generate(llm, p) for p in prompts]
+    llm.close()
+    return prompts, outs
+
+
+@pytest.fixture(scope="module")
+def static_path(plain, tmp_path_factory):
+    text = README.read_text(encoding="utf-8") + Tokenizer.default().decode(plain[1][0])
+    return static_from_text(text, tmp_path_factory.mktemp("llama-static") / "static.lkc")
+
+
+@pytest.mark.parametrize("n_draft", [1, 5, 16])
+def test_greedy_output_is_plain_and_counters_are_the_replays(tiny_gguf, plain, static_path, n_draft):
+    prompts, outs = plain
+    draft = LookupDraftModel(static=static_path, n_draft=n_draft)
+    llm = llama(tiny_gguf, draft)
+    draft.bind(llm)
+    out = generate(llm, prompts[0])
+    assert out == outs[0]
+    seq = prompts[0] + out
+    with StaticCache.open(static_path) as cache:
+        rep = replay_generation(seq, len(prompts[0]) + 1, n_draft, static=cache)
+        assert rep.n_accepted.sum() != replay_generation(seq, len(prompts[0]) + 1, n_draft).n_accepted.sum(), \
+            "the static cache must change the drafts, or this test would not check that it is used"
+    assert draft.n_calls == len(rep.n_drafted) > 0 and draft.n_drafted == rep.n_drafted.sum() > 0
+    # the generator stopped at N_NEW tokens: the last draft's outcome is only known from the final tokens
+    assert draft.n_accepted == rep.n_accepted[:-1].sum() and draft.stats()["pending"] == rep.n_drafted[-1]
+    draft.finish(seq)
+    s = draft.stats()
+    assert (s["calls"], s["drafted"], s["accepted"]) == (len(rep.n_drafted), rep.n_drafted.sum(), rep.n_accepted.sum())
+    assert (s["pending"], s["unresolved"], s["sequences"], s["full_checks"]) == (0, 0, 1, 0)
+
+
+def test_a_new_prompt_restarts_and_learns_the_previous_sequence(tiny_gguf, plain, static_path):
+    prompts, outs = plain
+    draft = LookupDraftModel(static=static_path, n_draft=8, model=tiny_gguf)
+    llm = llama(tiny_gguf, draft)
+    first = prompts[0] + generate(llm, prompts[0])
+    with StaticCache.open(static_path) as cache:
+        rep_a = replay_generation(first, len(prompts[0]) + 1, 8, static=cache)
+        seen = first[:rep_a.pos[-1]]  # what the draft model saw: the history of its last call
+        assert generate(llm, prompts[1]) == outs[1]
+        second = prompts[1] + outs[1]
+        rep_b = replay_generation(second, len(prompts[1]) + 1, 8, static=cache, dynamic=learnt(seen))
+    s = draft.stats()
+    assert s["sequences"] == 2 and s["unresolved"] == rep_a.n_drafted[-1]
+    assert s["calls"] == len(rep_a.n_drafted) + len(rep_b.n_drafted)
+    assert s["drafted"] == rep_a.n_drafted.sum() + rep_b.n_drafted.sum()
+    assert s["accepted"] == rep_a.n_accepted[:-1].sum() + rep_b.n_accepted[:-1].sum()
+
+
+def test_load_llama_checks_the_vocabulary_then_drafts(tiny_gguf, plain, static_path):
+    prompts, outs = plain
+    llm = load_llama(tiny_gguf, static=static_path, n_draft=4, n_ctx=N_CTX, n_threads=1, n_threads_batch=1,
+                     verbose=False)
+    assert generate(llm, prompts[2]) == outs[2]
+    assert llm.draft_model.n_drafted > 0 and llm.draft_model.n_ctx == N_CTX
+
+
+class Recorded(np.ndarray):
+    """A history that records how many of its elements each call reads."""
+
+    reads: list
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(len(self))
+            Recorded.reads.append(max(0, stop - start))
+        return np.asarray(super().__getitem__(key))
+
+
+def test_each_call_reads_only_the_new_tokens_and_a_window_whatever_the_history():
+    from lookupkit import Drafter
+
+    rng = np.random.default_rng(1)
+    history = rng.integers(0, 1000, 200_000).astype(np.intc)
+    session = DraftSession(Drafter(), 8)
+    Recorded.reads = []
+    n = 100_000
+    d = session.draft(history[:n].view(Recorded))
+    for _ in range(300):
+        a = int(rng.integers(0, len(d) + 1))
+        history[n:n + a] = d[:a]
+        history[n + a] = (d[a] + 1) % 1000 if a < len(d) else 7  # a rejection (or a full accept + one token)
+        n += a + 1
+        Recorded.reads = []
+        d = session.draft(history[:n].view(Recorded))
+        assert 0 < sum(Recorded.reads) <= 2 * WINDOW + 2 * (8 + 1), Recorded.reads
+    assert session.n_full_checks == 0 and session.n_sequences == 1
+
+
+def test_concurrent_sequences_share_one_mapping_and_match_sequential_runs(tiny_gguf, plain, static_path):
+    prompts, outs = plain
+    cache = StaticCache.open(static_path)
+    drafts = [LookupDraftModel(static=cache, n_draft=6) for _ in prompts]
+    results: dict[int, list[int]] = {}
+
+    def run(i):
+        results[i] = generate(llama(tiny_gguf, drafts[i]), prompts[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [results[i] for i in range(len(prompts))] == outs
+    for i, d in enumerate(drafts):
+        assert d.session.drafter.static is cache
+        alone = LookupDraftModel(static=static_path, n_draft=6)
+        assert generate(llama(tiny_gguf, alone), prompts[i]) == outs[i]
+        assert d.stats() == alone.stats()
+
+
+def test_a_cache_for_another_vocabulary_is_refused_with_both_names(tiny_gguf, tmp_path):
+    foreign = foreign_static(tmp_path / "qwen2.lkc")
+    for attempt in (lambda: LookupDraftModel(static=foreign, model=tiny_gguf),
+                    lambda: LookupDraftModel(static=foreign).bind(llama(tiny_gguf)),
+                    lambda: load_llama(tiny_gguf, static=foreign, verbose=False)):
+        with pytest.raises(VocabMismatchError) as exc:
+            attempt()
+        msg = str(exc.value)
+        assert "qwen2" in msg and "gpt-2" in msg and "lookup-create -m" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_DRAFT + 1, True, 2.5, "8"])
+def test_n_draft_out_of_range_is_refused(bad):
+    with pytest.raises(InputError, match=f"between 1 and {MAX_DRAFT}"):
+        LookupDraftModel(n_draft=bad)
+
+
+def test_a_model_that_is_not_gguf_is_refused(tmp_path):
+    fake = tmp_path / "model.safetensors"
+    fake.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}" + bytes(64))
+    for attempt in (lambda: LookupDraftModel(model=fake), lambda: load_llama(fake), lambda: calibrate(fake, reps=1)):
+        with pytest.raises(FormatError, match="is not a GGUF model file") as exc:
+            attempt()
+        assert "\n" not in str(exc.value)
+
+
+def test_missing_llama_cpp_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", None)
+    monkeypatch.delitem(sys.modules, "lookupkit.integrations.llama_cpp")
+    with pytest.raises(MissingExtraError) as exc:
+        import lookupkit.integrations.llama_cpp  # noqa: F401
+    assert str(exc.value) == "llama-cpp-python is not installed: pip install 'lookupkit[llama]'"
+    assert isinstance(exc.value, ImportError)
+
+
+def test_calibrate_measures_a_curve_that_round_trips_and_predicts_a_speedup(tiny_gguf, plain, tmp_path):
+    result = calibrate(tiny_gguf, reps=3, max_k=4, position=64, threads=1)
+    assert sorted(result["curve"]) == [0, 1, 2, 3, 4] and result["curve"][0] == 1.0
+    assert all(c > 0 for c in result["curve"].values()) and result["t1_s"] > 0
+    assert all(len(v) == 3 for v in result["raw_s"].values()) and result["threads"] == result["threads_batch"] == 1
+    back = load_curve(save_curve(result, tmp_path / "curve.json"))
+    assert back["curve"] == result["curve"] and back["raw_s"] == result["raw_s"]
+
+    flat = VerifyCost(curve={k: 1.0 for k in range(5)})  # free verification: speed-up = tokens per call
+    assert speedup([4, 0, 2], [4, 0, 1], flat) == pytest.approx(8 / 3)
+    assert speedup([2, 1], [2, 0], VerifyCost(curve={0: 1.0, 1: 1.5, 2: 2.0})) == pytest.approx(4 / 3.5)
+    assert speedup([2, 1], [2, 0], 0.25) == pytest.approx(4 / 2.75)  # constant: 1 + C k per call
+    prompts, outs = plain
+    rep = replay_generation(prompts[0] + outs[0], len(prompts[0]) + 1, 4)
+    expected = (rep.n_accepted + 1).sum() / sum(result["curve"][int(d)] for d in rep.n_drafted)
+    assert speedup(rep.n_drafted, rep.n_accepted, VerifyCost(curve=result["curve"])) == pytest.approx(expected)
+    with pytest.raises(InputError, match="--max-k 8"):
+        speedup([8], [1], VerifyCost(curve=result["curve"]))
+
+
+def test_calibrate_command_prints_the_curve_and_writes_json(tiny_gguf, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from lookupkit.cli import calibrate_cmd
+
+    app = typer.Typer()
+    calibrate_cmd.register(app)
+    app.command("noop")(lambda: None)  # a second command keeps `calibrate` a named sub-command
+    out = tmp_path / "curve.json"
+    r = CliRunner().invoke(app, ["calibrate", "-m", str(tiny_gguf), "-o", str(out), "--reps", "2", "--max-k", "3",
+                                 "--position", "32", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert "per drafted position" in r.output and f"wrote {out}" in r.output
+    assert sorted(json.loads(out.read_text())["curve"]) == ["0", "1", "2", "3"]
+    bad = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path / "curve.json")])
+    assert bad.exit_code == 2 and "is not a GGUF model file" in bad.output
