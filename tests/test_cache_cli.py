@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from lookupkit import files as atomic
 from lookupkit import formats
 from lookupkit.static import read_table
 from lookupkit.cli.cache_cmds import register
@@ -133,27 +135,48 @@ def test_bad_inputs_give_one_line(tmp_path):
     assert not (tmp_path / "out.lkc").exists()
 
 
-def test_unwritable_output(tmp_path):
+def test_unwritable_output(tmp_path, monkeypatch):
     src = written(tmp_path, "lkc")
     one_line_error(cli("convert", src, tmp_path / "nodir" / "x.lkc"), "does not exist")
-    if os.geteuid() != 0:  # root ignores directory permissions
-        locked = tmp_path / "locked"
-        locked.mkdir(mode=0o500)
-        one_line_error(cli("convert", src, locked / "x.lkc"), "permission denied")
+
+    def denied(*args, **kwargs):  # what mkstemp raises in a directory the user may not write
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", denied)
+    one_line_error(cli("convert", src, tmp_path / "x.lkc"), "permission denied")
+    assert not (tmp_path / "x.lkc").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions; the mkstemp EACCES path is "
+                                               "covered by test_unwritable_output")
+def test_unwritable_directory_for_a_normal_user(tmp_path):
+    src = written(tmp_path, "lkc")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    one_line_error(cli("convert", src, locked / "x.lkc"), "permission denied")
 
 
 def test_disk_full_in_a_real_process(tmp_path):
     """The file-size limit makes the write fail half-way, as a full disk does: one line, exit 2, no file."""
     src = written(tmp_path, "lkc")
     dst = tmp_path / "big.lcs"
+    # A warm-up conversion first compiles (or loads) the kernels in this process, so numba's cache files
+    # are never written under the limit (with a fresh NUMBA_CACHE_DIR they would be, and fail instead).
     limit = textwrap.dedent(f"""
         import resource, signal, runpy, sys
+        sys.argv = ["lookupkit", "convert", {str(src)!r}, {str(tmp_path / "warm.lkc")!r}]
+        try:
+            exec({SCRIPT!r})
+        except SystemExit:
+            pass
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
         sys.argv = ["lookupkit", "convert", {str(src)!r}, {str(dst)!r}]
         exec({SCRIPT!r})
     """)
-    proc = subprocess.run([sys.executable, "-c", limit], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "fresh-numba-cache")}
+    proc = subprocess.run([sys.executable, "-c", limit], capture_output=True, text=True, timeout=300, env=env)
+    assert (tmp_path / "warm.lkc").stat().st_size > 20000  # the limit is what stops the real conversion
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: cannot write") and len(proc.stderr.strip().splitlines()) == 1
     assert not dst.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".big")] == []

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from lookupkit import StaticCache, formats
 from lookupkit.formats import vmap as constmap
 from lookupkit.counts.follower_stats import follower_stats
-from lookupkit.errors import FormatError, InputError, VocabMismatchError
+from lookupkit.errors import LookupkitWarning, FormatError, InputError, VocabMismatchError
 from lookupkit.formats import lkc
 from lookupkit.static.cache import count_in, span_of
 from lookupkit.counts.tables import StaticTable
@@ -195,10 +195,11 @@ def test_vocab_fingerprint(table, tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["ggngcmap", "llama"])
-def test_formats_without_vocab_are_accepted(table, tmp_path, kind):
+def test_formats_without_vocab_are_accepted_with_a_warning(table, tmp_path, kind):
     formats.write_table(table, tmp_path / f"c{EXT[kind]}")
-    with StaticCache.open(tmp_path / f"c{EXT[kind]}", expect_vocab="anything") as c:
-        assert c.vocab_fingerprint is None and c.n_vocab is None
+    with pytest.warns(LookupkitWarning, match="records no vocabulary, so it cannot be checked"):
+        with StaticCache.open(tmp_path / f"c{EXT[kind]}", expect_vocab="anything") as c:
+            assert c.vocab_fingerprint is None and c.n_vocab is None
 
 
 def test_close(table, tmp_path):

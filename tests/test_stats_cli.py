@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from lookupkit import StaticCache
 from lookupkit.cli.stats import app as stats_app
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama, read_ngrams
@@ -409,3 +410,35 @@ def test_sweep_rows_equal_single_replays(tmp_path):
     assert [r["min_match"] for r in ngram_rows] == list(range(1, 9))
     third = run_json("--tokens", ids, "-c", 256, "--source", "ngram", "--ngram-min-match", 3)
     assert (ngram_rows[2]["n_drafted"], ngram_rows[2]["n_accept"]) == (third["n_drafted"], third["n_accept"])
+
+
+def test_a_cache_without_vocabulary_warns_and_convert_attaches_one(tmp_path):
+    """An .lcs records no vocabulary: used with -m it warns (a mismatch would silently draft nothing);
+    `lookupkit convert IN OUT.lkc -m VOCAB` attaches one, after which it is checked."""
+    from lookupkit.cli.main import app as main_app
+
+    (tmp_path / "t.txt").write_text("hello world, hello world, hello world " * 20)
+    lcs = static_file(tmp_path / "s.lcs", [1, 2, 3, 1, 2, 3])
+    result = stats("-f", tmp_path / "t.txt", "-m", GPT2, "-c", 16, "-lcs", lcs)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "records no vocabulary" in warnings[0] and "convert" in warnings[0]
+    lkc = tmp_path / "s.lkc"
+    converted = CliRunner().invoke(main_app, ["convert", str(lcs), str(lkc), "-m", str(GPT2)])
+    assert converted.exit_code == 0, converted.output
+    with StaticCache.open(lkc) as cache:
+        assert cache.meta["vocab"]["name"] == "gpt-2"
+    again = stats("-f", tmp_path / "t.txt", "-m", GPT2, "-c", 16, "-lcs", lkc)
+    assert again.exit_code == 0 and "warning" not in again.stderr
+    refused = CliRunner().invoke(main_app, ["convert", str(lcs), str(tmp_path / "x.ggngcmap"), "-m", str(GPT2)])
+    assert refused.exit_code == 2 and "-m applies to lkc output only" in refused.output
+
+
+def test_a_static_cache_given_as_lcd_and_a_file_of_no_known_format_say_what_they_are(tmp_path):
+    ids = write_tokens(tmp_path / "t.i32", np.arange(100) % 7)
+    lkc = static_file(tmp_path / "s.lkc", [1, 2, 3, 1, 2, 3])
+    assert_one_line_error(stats("--tokens", ids, "-c", 16, "-lcd", lkc), "is a lookupkit cache (.lkc)",
+                          "pass a static cache with -lcs")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00\x00\x00\x00" * 3)
+    assert_one_line_error(stats("--tokens", ids, "-c", 16, "-lcs", junk), "nor a cache of any other known format")

@@ -44,12 +44,23 @@ def test_demo_builds_opens_drafts_and_replays(tmp_path):
     res = json.loads(r.stdout)
     assert res["n_keys"] > 100_000 and Path(res["cache"]).exists()
     none, static = res["replay"]["no static cache"], res["replay"]["stdlib static cache"]
+    assert res["verdict"].startswith("verdict: ") and res["verify_cost"] == 0.1
+    assert static["speedup"] == pytest.approx((static["n_accept"] + static["draft_calls"])
+                                              / (static["draft_calls"] + 0.1 * static["n_drafted"]))
     # the static cache drafts where the context alone has nothing, and some of it is right
     assert static["n_drafted"] > none["n_drafted"] and static["n_accept"] > none["n_accept"]
     assert len(res["examples"]) == 3 and all(isinstance(t, int) for e in res["examples"] for t in e["draft"])
     assert any(e["draft"] for e in res["examples"])
     again = lookupkit("demo", "--json", "--cache-dir", str(tmp_path), env_dir=tmp_path)
     assert again.returncode == 0 and json.loads(again.stdout)["built"] is None  # reused, not rebuilt
+
+
+def test_demo_explains_what_the_cache_did(tmp_path):
+    r = lookupkit("demo", "--cache-dir", str(tmp_path), env_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for words in ("compiled drafting kernels", "tok/verify  tokens produced per verify call", "speed-up    (accepted",
+                  "verdict: the static cache", "at C = 0.1", "drafts from the static cache alone"):
+        assert words in r.stdout, words
 
 
 def test_demo_refuses_absurd_flags_and_unusable_cache_dir_before_building(tmp_path):

@@ -1,0 +1,34 @@
+"""The README's promises: every ```python block runs as written from the repository root, and its two
+opening commands are the ones CI and a newcomer run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
+def test_the_readme_has_python_examples():
+    assert BLOCKS, "the README lost its Python example"
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def test_every_python_block_runs_as_written(code, tmp_path):
+    env = {**os.environ, "LOOKUPKIT_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_the_first_two_commands_are_the_demo_and_the_test_suite():
+    first = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1).splitlines()
+    assert "lookupkit demo" in first[0] and "python3 -m pytest -q" in first[1]
+    assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("python3 -m pytest -q")
