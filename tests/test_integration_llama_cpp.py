@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from lookupkit.replay.cost import VerifyCost, load_curve, save_curve, speedup  #
 from lookupkit.integrations.llama_cpp import LookupDraftModel, load_llama  # noqa: E402
 from lookupkit.rules import MAX_DRAFT  # noqa: E402
 from lookupkit.replay import replay_generation  # noqa: E402
-from tiny_models import (README, foreign_static, learnt, static_from_text,  # noqa: E402,F401
+from tiny_models import (in_threads, README, foreign_static, learnt, static_from_text,  # noqa: E402,F401
                          tiny_gguf)
 
 PROMPTS = ["Prompt lookup decoding drafts tokens from n-gram caches.", "def main():\n    return 0\n",
@@ -150,17 +149,7 @@ def test_concurrent_sequences_share_one_mapping_and_match_sequential_runs(tiny_g
     prompts, outs = plain
     cache = StaticCache.open(static_path)
     drafts = [LookupDraftModel(static=cache, n_draft=6) for _ in prompts]
-    results: dict[int, list[int]] = {}
-
-    def run(i):
-        results[i] = generate(llama(tiny_gguf, drafts[i]), prompts[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert [results[i] for i in range(len(prompts))] == outs
+    assert in_threads(lambda i: generate(llama(tiny_gguf, drafts[i]), prompts[i]), len(prompts)) == outs
     for i, d in enumerate(drafts):
         assert d.session.drafter.static is cache
         alone = LookupDraftModel(static=static_path, n_draft=6)

@@ -10,7 +10,6 @@ are pinned here.
 from __future__ import annotations
 
 import sys
-import threading
 
 import pytest
 
@@ -24,7 +23,7 @@ from lookupkit.integrations.engines import MissingExtraError  # noqa: E402
 from lookupkit.integrations.transformers import TESTED_VERSIONS, LookupGenerate  # noqa: E402
 from lookupkit.rules import MAX_DRAFT  # noqa: E402
 from lookupkit.replay import replay_generation  # noqa: E402
-from tiny_models import (README, VOCAB, foreign_static, learnt, qwen2_model,  # noqa: E402
+from tiny_models import (in_threads, README, VOCAB, foreign_static, learnt, qwen2_model,  # noqa: E402
                          static_from_text)
 
 PROMPTS = ["Prompt lookup decoding drafts tokens from n-gram caches.", "def main():\n    return 0\n",
@@ -112,17 +111,7 @@ def test_concurrent_sequences_share_one_model_and_one_mapping(model, plain, stat
     prompts, outs = plain
     cache = StaticCache.open(static_path)
     lookups = [LookupGenerate(static=cache, n_draft=6) for _ in prompts]
-    results: dict[int, list[int]] = {}
-
-    def run(i):
-        results[i] = greedy(model, prompts[i], lookups[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert [results[i] for i in range(len(prompts))] == outs
+    assert in_threads(lambda i: greedy(model, prompts[i], lookups[i]), len(prompts)) == outs
     for i, lk in enumerate(lookups):
         assert lk.session.drafter.static is cache
         alone = LookupGenerate(static=static_path, n_draft=6)

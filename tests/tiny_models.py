@@ -123,3 +123,16 @@ def learnt(tokens):
 def tiny_gguf(tmp_path_factory) -> Path:
     return write_llama_gguf(tmp_path_factory.mktemp("models") / "tiny-llama.gguf")
 
+
+
+def in_threads(fn, n: int) -> list:
+    """[fn(0), ..., fn(n - 1)], each call in its own thread, all running at once."""
+    import threading
+
+    results: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, fn(i))) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[i] for i in range(n)]

@@ -21,14 +21,14 @@ import numpy as np
 
 from .. import Drafter
 from .engines import gguf_vocab, open_static, require
-from .session import DraftSession
+from .session import Counted, DraftSession
 from ..errors import InputError
 
 llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
 LlamaDraftModel = require("llama_cpp.llama_speculative", "llama-cpp-python", "llama").LlamaDraftModel
 
 
-class LookupDraftModel(LlamaDraftModel):
+class LookupDraftModel(Counted, LlamaDraftModel):
     """Drafts with lookupkit's Drafter (context, dynamic and static caches, llama.cpp's rule).
 
     static: a path or an open StaticCache (pass one StaticCache to many draft models: one mapping);
@@ -62,26 +62,6 @@ class LookupDraftModel(LlamaDraftModel):
     def __call__(self, input_ids, /, **kwargs) -> np.ndarray:
         limit = None if self.n_ctx is None else self.n_ctx - len(input_ids)
         return self.session.draft(input_ids, limit).astype(np.intc)
-
-    def finish(self, tokens=None, learn: bool = True) -> None:
-        """End the sequence with its final tokens (prompt + completion): resolves the last draft and
-        learns the sequence into the dynamic cache (unless learn=False)."""
-        self.session.finish(tokens, learn)
-
-    @property
-    def n_calls(self) -> int:
-        return self.session.n_calls
-
-    @property
-    def n_drafted(self) -> int:
-        return self.session.n_drafted
-
-    @property
-    def n_accepted(self) -> int:
-        return self.session.n_accepted
-
-    def stats(self) -> dict:
-        return self.session.stats()
 
     def dynamic_table(self):
         """What the finished sequences taught the dynamic cache (to save as an -lcd file)."""

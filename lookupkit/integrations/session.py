@@ -108,3 +108,30 @@ class DraftSession:
 
 def _ids(a) -> np.ndarray:
     return np.asarray(a, dtype=np.int32)
+
+
+class Counted:
+    """An adapter's counters and end-of-sequence call, read from its `session` (a DraftSession)."""
+
+    session: DraftSession
+
+    def finish(self, tokens=None, learn: bool = True) -> None:
+        """End the sequence with its final tokens (prompt + completion): resolves the last draft and
+        learns the sequence into the dynamic cache (unless learn=False). Engines that never say a
+        generation ended (llama-cpp-python) need it for exact counters; the next prompt also ends it."""
+        self.session.finish(tokens, learn)
+
+    @property
+    def n_calls(self) -> int:
+        return self.session.n_calls
+
+    @property
+    def n_drafted(self) -> int:
+        return self.session.n_drafted
+
+    @property
+    def n_accepted(self) -> int:
+        return self.session.n_accepted
+
+    def stats(self) -> dict:
+        return self.session.stats()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import Drafter
 from .engines import open_static, require, vocab_identity
-from .session import DraftSession
+from .session import Counted, DraftSession
 from ..errors import InputError, VocabMismatchError
 
 torch = require("torch", "torch", "transformers")
@@ -51,7 +51,7 @@ class LookupCandidateGenerator(CandidateGenerator):
         self.session.observe(_History(input_ids))
 
 
-class LookupGenerate:
+class LookupGenerate(Counted):
     """A `custom_generate` callable: greedy assisted generation drafted by lookupkit.
 
     static: a path or an open StaticCache (share one between LookupGenerate objects: one mapping);
@@ -85,25 +85,6 @@ class LookupGenerate:
         return GenerationMixin._assisted_decoding(proxy, input_ids, logits_processor=logits_processor,
                                                   stopping_criteria=stopping_criteria,
                                                   generation_config=generation_config, **model_kwargs)
-
-    def finish(self, tokens=None, learn: bool = True) -> None:
-        """End the sequence (the next generate's prompt would otherwise decide): learn it into the dynamic cache."""
-        self.session.finish(tokens, learn)
-
-    @property
-    def n_calls(self) -> int:
-        return self.session.n_calls
-
-    @property
-    def n_drafted(self) -> int:
-        return self.session.n_drafted
-
-    @property
-    def n_accepted(self) -> int:
-        return self.session.n_accepted
-
-    def stats(self) -> dict:
-        return self.session.stats()
 
 
 class _WithCandidates:
