@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ..replay.cost import save_curve
+from ..verify_cost import save_curve
 from ..rules import MAX_DRAFT
 from .common import guarded, print_json
 

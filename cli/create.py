@@ -6,6 +6,7 @@ llama.cpp where it has them (-m, -f, -lcs, -c).
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -13,6 +14,7 @@ from typing import List, Optional
 import typer
 
 from ..build import build_static
+from ..counts.orders import OrderParams, parse_orders
 from ..corpora import HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
 from ..errors import InputError
 from .common import guarded, print_json, progress, run
@@ -67,10 +69,29 @@ def create(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Token cache directory (default "
                                              "$LOOKUPKIT_CACHE_DIR or ~/.cache/lookupkit)."),
     no_token_cache: bool = typer.Option(False, "--no-token-cache", help="Neither read nor keep cached tokens."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", metavar="N", help="Processes that tokenize and count "
+                                       "(default: this machine's cores); the file is the same for any N."),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE", help="Memory for counting and "
+                                                "writing, shared by the jobs (default 1GiB); sorted partial counts "
+                                                "beyond it are spilled to --temp-dir and merged."),
+    temp_dir: Optional[Path] = typer.Option(None, "--temp-dir", metavar="DIR", help="Where spilled counts go "
+                                            "(default: $TMPDIR or /tmp); removed afterwards."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="local|ADDRESS", help="Tokenize, count and merge as Ray "
+                                      "tasks: 'local' starts a Ray instance for the build, an address joins a "
+                                      "cluster (pip install 'lookupkit[ray]')."),
+    orders: str = typer.Option("2", "--orders", metavar="2|2-N", help="n-gram orders to store: 2 is llama.cpp's static "
+                               "cache (the default: the file is unchanged); 2-6 adds orders 3..6 for lookupkit's "
+                               "policy (--policy lookupkit), a version-2 .lkc."),
+    order_min_total: int = typer.Option(2, "--order-min-total", metavar="N", help="--orders: keep an n-gram of order "
+                                        ">= 3 only if seen at least N times."),
+    order_min_share: float = typer.Option(0.3, "--order-min-share", metavar="S", help="--orders: ... and if its top "
+                                          "follower holds at least this share (0..1) of its followers."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress bars)."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars and no summary."),
 ) -> None:
     limit = parse_size(max_bytes) if max_bytes is not None else None
+    order_params = _order_params(orders, order_min_total, order_min_share)
+    budget = _budget(memory_budget) if memory_budget is not None else None
     sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets] + [TokenFile(t) for t in tokens]
                + ([StdlibCorpus()] if default_corpus else []))
     if not sources:
@@ -80,11 +101,30 @@ def create(
     show = not (quiet or as_json)
     summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
                            progress=(lambda bytes_mode: progress(True, bytes_mode)) if show else None,
-                           max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache)
+                           max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache,
+                           jobs=(os.cpu_count() or 1) if jobs is None else jobs, memory_budget=budget, temp_dir=temp_dir,
+                           ray=ray, orders=order_params)
     if as_json:
         print_json(summary)
     elif not quiet:
         typer.echo("\n".join(summary_lines(summary)))
+
+
+def _budget(text: str) -> int:
+    if text.strip().startswith("-"):
+        raise InputError(f"--memory-budget {text} is negative; give a size like 1GiB or 800MB")
+    return parse_size(text)
+
+
+def _order_params(text: str, min_total: int, min_share: float) -> OrderParams | None:
+    listed = parse_orders(text)
+    if len(listed) == 1:
+        return None
+    if min_total < 1:
+        raise InputError(f"--order-min-total must be at least 1, got {min_total}")
+    if not 0.0 <= min_share <= 1.0:
+        raise InputError(f"--order-min-share must be between 0 and 1, got {min_share}")
+    return OrderParams(listed[1:], min_total, min_share)
 
 
 def _tokenizer(model: Path | None):
@@ -103,10 +143,14 @@ def summary_lines(s: dict) -> list[str]:
         f"  corpus     {len(s['sources'])} document(s), {s['n_bytes']:,} bytes, {s['n_tokens']:,} tokens "
         f"({s['reused_tokens']:,} from the token cache)",
         f"  cache      {s['n_2grams']:,} 2-grams, {s['n_pairs']:,} (token, count) pairs",
-        f"  time       tokenize {sec['tokenize']:.1f} s, count {sec['count']:.1f} s, write {sec['write']:.1f} s, "
-        f"total {sec['total']:.1f} s",
+        f"  time       tokenize {sec['tokenize']:.1f} s, count {sec['count']:.1f} s (merge "
+        f"{s.get('merge_seconds', 0):.1f} s), write {sec['write']:.1f} s, total {sec['total']:.1f} s "
+        f"({s['jobs']} job(s){', ray ' + s['ray'] if s.get('ray') else ''})",
         f"  peak RSS   {s['peak_rss_bytes'] / 1e6:,.0f} MB",
     ]
+    if s.get("n_high_order_keys"):
+        kept = ", ".join(f"{n}: {k:,}" for n, k in s["n_high_order_keys"].items())
+        lines.insert(4, f"  orders     {kept} n-grams kept for --policy lookupkit ({s['orders_seconds']:.1f} s)")
     if s["replaced_bytes"]:
         lines.append(f"  warning    {s['replaced_bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD")
     if any(src["cut"] for src in s["sources"]) or s["skipped_sources"]:

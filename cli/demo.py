@@ -2,9 +2,10 @@
 
 Builds a static cache from this Python's standard-library sources with the bundled gpt-2 vocabulary,
 opens it (O(1), mmap), then replays lookupkit's own source code as if a model were writing it:
-llama.cpp's lookup-stats loop without and with the static cache, and one draft from the Python API.
-It ends with what the numbers mean: tokens per verify call and the expected speed-up at a stated
-verify cost, with and without the cache.
+llama.cpp's lookup-stats loop without and with the static cache, then lookupkit's policy on the same
+caches (the cache is built with orders 2-6), and one draft from the Python API. It ends with what the
+numbers mean: tokens per verify call and the expected speed-up at a stated verify cost, and a verdict
+on each comparison.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ import typer
 
 from .. import _version
 from ..build import build_static
+from ..counts.orders import OrderParams
+from ..draft.confidence import load as load_tables
+from ..draft.policy import make_policy
+from ..errors import LookupkitError
+from ..verify_cost import VerifyCost
 from ..corpora import StdlibCorpus
 from ..draft import Drafter
 from ..files import default_root, ensure_dir
@@ -28,6 +34,8 @@ from ..tokenizer import Tokenizer
 from .common import guarded, print_json, progress
 
 PROMPTS = ("from collections import", "for i in range(len", "if __name__ ==")
+ORDERS = (3, 4, 5, 6)
+POLICY_ROW = "stdlib + lookupkit policy"
 VERIFY_COST = 0.1  # the stated cost of one extra verified position, relative to one plain decoding step
 LEGEND = (
     "  drafted     tokens guessed from the caches (context = this text so far; static = the stdlib corpus)",
@@ -61,9 +69,9 @@ def demo(
     root = ensure_dir(cache_dir or default_root(), "the demo's cache directory")
     path = root / f"demo-stdlib-{tok.name}.lkc"
     built = None
-    if rebuild or not path.exists():
-        say(f"building {path} from this Python's standard library ({tok.name} vocabulary) ...")
-        built = build_static([StdlibCorpus()], tok, path, cache_dir=root,
+    if rebuild or not path.exists() or _lacks_orders(path):
+        say(f"building {path} from this Python's standard library ({tok.name} vocabulary, orders 2-6) ...")
+        built = build_static([StdlibCorpus()], tok, path, cache_dir=root, orders=OrderParams(ORDERS),
                              progress=None if as_json else (lambda b: progress(True, b)))
     t = time.perf_counter()
     cache = StaticCache.open(path, expect_vocab=tok)
@@ -76,8 +84,10 @@ def demo(
     say(f"  ready in {time.perf_counter() - t:.1f} s")
 
     rows = {}
-    for label, static in (("no static cache", None), ("stdlib static cache", cache)):
-        trace, _ = replay(ids, n_ctx=n_ctx, n_draft=n_draft, static=static, engine="fast")
+    policy = make_policy(load_tables(), VerifyCost.of(VERIFY_COST).at, n_draft, cache.high)
+    for label, static, pol in (("no static cache", None, None), ("stdlib static cache", cache, None),
+                               (POLICY_ROW, cache, policy)):
+        trace, _ = replay(ids, n_ctx=n_ctx, n_draft=n_draft, static=static, engine="fast", policy=pol)
         rows[label] = {**trace.summary(), **expected_speedup(trace, VERIFY_COST)}
     say(f"\nreplay of lookupkit's own source as if a model were writing it ({len(ids):,} tokens; llama.cpp's "
         f"lookup-stats loop, -c {n_ctx}, up to {n_draft} drafted tokens per verify call):")
@@ -88,7 +98,8 @@ def demo(
     for line in LEGEND:
         say(line)
     verdict = _verdict(rows["no static cache"], rows["stdlib static cache"])
-    say(f"\n{verdict}")
+    policy_verdict = _policy_verdict(rows["stdlib static cache"], rows[POLICY_ROW])
+    say(f"\n{verdict}\n{policy_verdict}")
 
     drafter = Drafter(static=cache)
     examples = []
@@ -103,6 +114,7 @@ def demo(
     if as_json:
         print_json({"cache": str(path), "built": built, "open_ms": t_open * 1e3, "n_keys": cache.n_keys,
                     "n_pairs": cache.n_pairs, "verify_cost": VERIFY_COST, "replay": rows, "verdict": verdict,
+                    "policy_verdict": policy_verdict,
                     "examples": examples})
     cache.close()
 
@@ -118,6 +130,24 @@ def _verdict(without: dict, with_cache: dict) -> str:
             f"{with_cache['accept'] or 0:.1f} % because it also drafts where the context alone had nothing; the "
             f"expected speed-up goes {without['speedup']:.3f}x -> {with_cache['speedup']:.3f}x, {pays} "
             f"(drafting with it beats plain decoding up to C = {with_cache['break_even_cost'] or 0:.2f}).")
+
+
+def _policy_verdict(rule: dict, policy: dict) -> str:
+    """One line: llama.cpp's rule against lookupkit's policy on the same caches."""
+    better = policy["speedup"] > rule["speedup"]
+    return (f"verdict: lookupkit's policy (--policy lookupkit, drafting only what pays at C = {VERIFY_COST}) "
+            f"{'beats' if better else 'does not beat'} llama.cpp's rule on the same caches: expected speed-up "
+            f"{rule['speedup']:.3f}x -> {policy['speedup']:.3f}x, with {policy['n_drafted']:,} drafted tokens "
+            f"instead of {rule['n_drafted']:,} at {policy['accept'] or 0:.1f} % acceptance.")
+
+
+def _lacks_orders(path: Path) -> bool:
+    """A demo cache from before --orders existed (it is rebuilt with them)."""
+    try:
+        with StaticCache.open(path) as cache:
+            return len(cache.orders) == 1
+    except LookupkitError:
+        return True
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -17,14 +18,16 @@ from typing import Optional
 import typer
 
 from ..corpora import read_token_file, tokenize_text_file
-from ..errors import InputError
+from ..draft.confidence import load as load_tables
+from ..draft.policy import DEFAULT_COST, make_policy
+from ..errors import InputError, LookupkitWarning
 from ..files import atomic_writer
 from ..formats import llama, read_ngrams
 from ..memory import peak_rss_bytes
 from ..replay import longest_match
 from ..replay.run import replay
-from ..replay.sweep import default_grid, expected_speedup, sweep as run_sweep, sweep_table
-from ..replay.cost import VerifyCost
+from ..replay.sweep import POLICY_DRAFT, default_grid, expected_speedup, sweep as run_sweep, sweep_table
+from ..verify_cost import VerifyCost
 from ..replay.trace import ReplayTrace
 from ..rules import DEFAULT_DRAFT, SOURCE_LEGEND, check_replay
 from ..static import StaticCache
@@ -44,6 +47,11 @@ class Engine(str, Enum):
     reference = "reference"
 
 
+class PolicyName(str, Enum):
+    llama = "llama.cpp"
+    lookupkit = "lookupkit"
+
+
 @app.command(help="Replay a text (or token ids) as lookup-stats does and report how well drafting works.")
 @guarded
 def stats(
@@ -61,6 +69,12 @@ def stats(
     source: Source = typer.Option(Source.lookup, "--source", help="lookup: llama.cpp's caches; ngram: the longest "
                                   "earlier match in the sequence."),
     engine: Engine = typer.Option(Engine.fast, "--engine", help="fast (compiled) or reference (readable Python)."),
+    policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
+                                      "lookupkit: draft only what pays at --verify-cost (default 0.1), from every "
+                                      "cache including a static cache's higher orders (lookup-create --orders)."),
+    policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
+                                                "confidence tables (default: the bundled ones, learnt on held-out "
+                                                "Wikipedia text; python -m lookupkit.bench.tune_policy learns others)."),
     min_match: Optional[int] = typer.Option(None, "--ngram-min-match", help="--source ngram: draft nothing below "
                                             "this match length (default 3)."),
     max_match: Optional[int] = typer.Option(None, "--ngram-max-match", help="--source ngram: longest match "
@@ -78,28 +92,45 @@ def stats(
                                                 "(legacy format)."),
 ) -> None:
     ngram = source is Source.ngram
+    use_policy = policy is PolicyName.lookupkit
     _check_combination(ngram, engine, sweep, lcs=lcs, lcd=lcd, save_dynamic=save_dynamic, dump=dump,
                        ngram_min_match=min_match, ngram_max_match=max_match)
+    if use_policy and (ngram or engine is Engine.reference):
+        raise InputError("--policy lookupkit drafts from the lookup caches with the fast engine "
+                         "(not with --source ngram or --engine reference)")
+    if policy_table is not None and not use_policy:
+        raise InputError("--policy-table is only used with --policy lookupkit")
+    tables = load_tables(policy_table) if use_policy else None
     cost = VerifyCost.parse(verify_cost) if verify_cost is not None else None
     ids, vocab = _input_tokens(file, model, tokens)
-    if n_draft is None and not sweep:  # a sweep without --draft sweeps it
-        n_draft = longest_match.DEFAULT_DRAFT if ngram else DEFAULT_DRAFT
+    if n_draft is None and (not sweep or use_policy):  # a sweep without --draft sweeps it
+        n_draft = longest_match.DEFAULT_DRAFT if ngram else POLICY_DRAFT if use_policy else DEFAULT_DRAFT
     max_match = longest_match.DEFAULT_MAX_MATCH if max_match is None else max_match
     one_min_match = min(longest_match.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
     check_replay(len(ids), ctx_size, 1 if n_draft is None else n_draft)  # before any cache is loaded
     if ngram:
         longest_match.check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
     static, dynamic, t_static, t_load = _load_caches(lcs, lcd, vocab, ids)
+    if use_policy and (static is None or len(static.orders) == 1):
+        warnings.warn(LookupkitWarning(
+            "--policy lookupkit: " + ("no static cache (-lcs)" if static is None else f"{static.name} holds no "
+            "higher orders") + ": it drafts from what there is; build the static cache with lookup-create "
+            "--orders 2-6 for the rest"))
+    kind = "policy" if use_policy else source.value
     if sweep:
-        rows = run_sweep(ids, static, dynamic, default_grid(source.value, n_draft, min_match, max_match),
-                         n_ctx=ctx_size, source=source.value, verify_cost=cost)
-        _print_sweep(rows, as_json, source=source.value, n_ctx=ctx_size, n_input=len(ids), verify_cost=cost and cost.describe(),
+        rows = run_sweep(ids, static, dynamic, default_grid(kind, n_draft, min_match, max_match),
+                         n_ctx=ctx_size, source=kind, verify_cost=cost, tables=tables)
+        _print_sweep(rows, as_json, source=kind, n_ctx=ctx_size, n_input=len(ids), verify_cost=cost and cost.describe(),
                      t_load_ms=t_load * 1e3)
         return
     if ngram:
         trace, final_dynamic = longest_match.replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
     else:
-        trace, final_dynamic = replay(ids, ctx_size, n_draft, static, dynamic, engine=engine.value)
+        pol_cost = cost if cost is not None else VerifyCost.of(DEFAULT_COST)
+        pol = make_policy(tables, pol_cost.at, n_draft, static.high if static else None) if use_policy else None
+        trace, final_dynamic = replay(ids, ctx_size, n_draft, static, dynamic, engine=engine.value, policy=pol)
+        if use_policy:
+            trace.extra.update(policy="lookupkit", policy_cost=pol_cost.describe())
     trace.t_load_s = t_load
     trace.extra.update(source=source.value, engine=engine.value, n_input=len(ids), peak_rss_mb=peak_rss_bytes() / 1e6)
     if static is not None:

@@ -51,6 +51,24 @@ def tokenizer_mode(tokenizer) -> str:
     return f"lookup-create:add_special=1:parse_special=1:strip_nl=1:lookupkit={__version__}:code={code.hexdigest()[:16]}"
 
 
+def is_cut(b: bytes | bytearray, c: int) -> bool:
+    """b[c-1] is a "\\n" where the tokenizer may cut: ASCII bytes around it, confirmed by SAFE_CUT."""
+    if not 2 <= c <= len(b) - 2 or b[c - 1] != 0x0A:
+        return False
+    ok = (b[c - 2] in _ASCII_GRAPHIC and b[c] in _LETTERS) or (b[c] == 0x20 and b[c + 1] in _LETTERS)
+    return ok and SAFE_CUT.match(b[c - 2:c + 2].decode("ascii", "replace"), 1) is not None
+
+
+def next_cut(b: bytes | bytearray, start: int) -> int | None:
+    """The first safe cut at or after index `start` with 2 bytes known after it, or None."""
+    i = max(start - 1, 0)
+    while (i := b.find(b"\n", i, len(b) - 2)) >= 0:
+        if is_cut(b, i + 1):
+            return i + 1
+        i += 1
+    return None
+
+
 @dataclass
 class DocTokens:
     """One document's ids (stored entries and in-memory arrays, in order) and its provenance."""
@@ -79,6 +97,15 @@ class DocTokens:
         for part in self.parts:
             if isinstance(part, tuple):
                 part[0].close()
+
+
+def token_doc(source) -> DocTokens:
+    """A token-id file as a document (its sha256 is that of the ids as little-endian int32/int64)."""
+    ids = source.ids()
+    sha = hashlib.sha256()
+    for part in source.arrays():
+        sha.update(np.ascontiguousarray(part, dtype=part.dtype.newbyteorder("<")).data)
+    return DocTokens(source.describe(), n_bytes=ids.nbytes, sha256=sha.hexdigest(), parts=[ids])
 
 
 def tokenize_source(source, budget: Budget, tokenizer, store: TokenStore | None,
@@ -198,12 +225,7 @@ class _Tokenization:
         return None
 
     def _is_cut(self, c: int) -> bool:
-        """buf[c-1] is a "\\n" where the tokenizer may cut: ASCII bytes around it, confirmed by SAFE_CUT."""
-        b = self.buf
-        if not 2 <= c <= len(b) - 2 or b[c - 1] != 0x0A:
-            return False
-        ok = (b[c - 2] in _ASCII_GRAPHIC and b[c] in _LETTERS) or (b[c] == 0x20 and b[c + 1] in _LETTERS)
-        return ok and SAFE_CUT.match(b[c - 2:c + 2].decode("ascii", "replace"), 1) is not None
+        return is_cut(self.buf, c)
 
     def _encode(self, raw: bytes, last: bool) -> None:
         ids = self.tok.encode_segment(self.decoder.decode(raw, final=last), first=self.first, last=last)

@@ -19,7 +19,6 @@ from ..counts.tables import StaticTable
 from ..errors import FormatError
 from ..files import map_file, unmap
 from . import vmap
-from .lkc import constmap_section
 from .mapped import Mapped
 
 MAGIC = b"ggngcmap"
@@ -48,7 +47,7 @@ def parse(buf, name: str) -> tuple[np.ndarray, vmap.ConstMapView]:
         raise FormatError(f"{name}: not a valid ggngcmap file: 24 + 8 x {n_entries} pairs + {map_size} map bytes "
                           f"!= file size {size} (truncated or corrupted)")
     pairs = np.frombuffer(buf, dtype="<i4", count=2 * n_entries, offset=HEADER.size).reshape(n_entries, 2)
-    cmap = constmap_section(buf, HEADER.size + 8 * n_entries, map_size, name)
+    cmap = vmap.parse_in(buf, HEADER.size + 8 * n_entries, map_size, name)
     if cmap.n_keys > n_entries:
         raise FormatError(f"{name}: corrupted ggngcmap file: {cmap.n_keys} 2-grams cannot share {n_entries} pairs")
     return pairs, cmap

@@ -24,11 +24,12 @@ from ..counts.follower_stats import follower_stats
 from ..counts.tables import StaticTable
 from ..errors import FormatError, InputError, LookupkitWarning
 from ..files import map_file, unmap
-from . import vmap
+from . import orders, vmap
 from .mapped import Mapped
+from .orders import HighOrders
 
 MAGIC = b"LKCACHE\x00"
-VERSION = 1
+VERSION = 2  # the newest this code reads and writes; a file without higher orders is still written as 1
 BYTE_ORDER_MARK = 0x0A0B0C0D  # written little-endian: 0d 0c 0b 0a
 PREAMBLE = struct.Struct("<8sIIQ32sQ")  # magic, version, byte order, header length, header sha256, file size
 ALIGN = 4096  # the writer starts every section on a page; readers require 8
@@ -39,6 +40,11 @@ MAX_KEY_INDEX = 64 * 2**20  # a dense key_t0_offsets larger than this (and than 
 # name: (dtype, number of trailing dims); shapes are [rows] or [rows, 2]
 SECTIONS = {"pairs": ("<i4", 2), "constmap": ("|u1", 1), "key_t0_offsets": ("<u4", 1), "key_t1": ("<i4", 1)}
 KEY_SECTIONS = ("key_t0_offsets", "key_t1")
+
+
+def _spec(section: str) -> tuple[str, int] | None:
+    """(dtype, dimensions) of a section, or None for one this reader does not know."""
+    return SECTIONS.get(section) or (("|u1", 1) if orders.SECTION.match(section) else None)
 
 
 def _dense_index_bytes(keys: np.ndarray) -> int:
@@ -103,9 +109,12 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> dict:
-    """Write `table` as a .lkc file to the binary stream `f` (sequentially); returns the header."""
+def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True,
+               orders: HighOrders | None = None) -> dict:
+    """Write `table` (and `orders`, the higher orders, if any) as a .lkc file to the binary stream `f`
+    (sequentially); returns the header."""
     meta = check_meta(meta or {}, table)
+    version = 2 if orders is not None else 1
     cmap = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
     if keys and _dense_index_bytes(table.keys) > max(MAX_KEY_INDEX, 8 * len(table.keys)):
@@ -116,10 +125,13 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
         keys = False
     if keys:
         arrays.update(key_sections(table.keys))
+    if orders is not None:
+        arrays.update(orders.sections())
+        meta = {**meta, "orders": orders.header()}
     stats = follower_stats(np.diff(table.offsets), table.pairs[:, 1])
-    sections = {name: {"offset": 0, "length": int(a.nbytes), "dtype": SECTIONS[name][0], "shape": list(a.shape),
+    sections = {name: {"offset": 0, "length": int(a.nbytes), "dtype": _spec(name)[0], "shape": list(a.shape),
                        "sha256": hashlib.sha256(_raw(a)).hexdigest()} for name, a in arrays.items()}
-    header = {"format": "lkc", "format_version": VERSION, "byte_order": "little", "alignment": ALIGN,
+    header = {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": ALIGN,
               "sections": sections, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
     try:
         json.dumps(header, default=_json_default)
@@ -138,7 +150,7 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
             break
     else:
         raise AssertionError("section offsets did not converge")
-    f.write(PREAMBLE.pack(MAGIC, VERSION, BYTE_ORDER_MARK, len(blob), hashlib.sha256(blob).digest(), pos))
+    f.write(PREAMBLE.pack(MAGIC, version, BYTE_ORDER_MARK, len(blob), hashlib.sha256(blob).digest(), pos))
     f.write(blob)
     written = PREAMBLE.size + len(blob)
     for name, a in arrays.items():
@@ -146,14 +158,6 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
         f.write(_raw(a))
         written = sections[name]["offset"] + a.nbytes
     return header
-
-
-def constmap_section(buf, offset: int, length: int, name: str) -> vmap.ConstMapView:
-    """vmap.parse (O(1): the header only), its errors naming the file."""
-    try:
-        return vmap.parse(buf, offset, length)
-    except FormatError as exc:
-        raise FormatError(f"{name}: {exc}") from None
 
 
 def _fail(name: str, what: str) -> FormatError:
@@ -180,7 +184,7 @@ def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], vmap.ConstMapVie
     if bom != BYTE_ORDER_MARK:
         order = "big-endian" if bom == 0x0D0C0B0A else "corrupted"
         raise _fail(name, f"byte-order marker {bom:#010x} ({order}); lookupkit reads little-endian files")
-    if version != VERSION:
+    if not 1 <= version <= VERSION:
         if version > VERSION:
             raise FormatError(f"{name} was written by a newer lookupkit (format version {version}); "
                               f"this one reads {VERSION}")
@@ -198,9 +202,11 @@ def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], vmap.ConstMapVie
         raise _fail(name, "header is not valid UTF-8 JSON") from None
     if not isinstance(header, dict) or not isinstance(header.get("sections"), dict):
         raise _fail(name, "header has no 'sections' object")
+    if header.get("format_version") != version:
+        raise _fail(name, f"the header's format_version {header.get('format_version')!r} is not the preamble's {version}")
     views = _section_views(buf, header["sections"], PREAMBLE.size + header_len, name)
     spec = header["sections"]["constmap"]
-    cmap = constmap_section(buf, spec["offset"], spec["length"], name)
+    cmap = vmap.parse_in(buf, spec["offset"], spec["length"], name)
     _check_counts(header, views, cmap, name)
     return header, views, cmap
 
@@ -229,9 +235,10 @@ def _section_views(buf, sections: dict, data_start: int, name: str) -> dict[str,
         if start < end:
             raise _fail(name, f"sections '{a}' and '{b}' overlap")
     views = {}
-    for sec, (dtype, ndim) in SECTIONS.items():
-        if sec not in sections:
-            continue
+    for sec in sections:
+        if _spec(sec) is None:
+            continue  # (a section of a version this reader does not use)
+        dtype, ndim = _spec(sec)
         spec = sections[sec]
         shape = spec.get("shape")
         want = [None, 2] if ndim == 2 else [None]
@@ -316,20 +323,31 @@ def open_file(path: Path, name: str | None = None) -> Mapped:
     mm = map_file(path, "cache file")
     try:
         header, views, cmap = parse(mm, name or str(path))
+        high = orders.parse(mm, header, name or str(path)) if header.get("format_version") == 2 else {}
     except BaseException:
         unmap(mm)
         raise
     key_views = {k: views[k] for k in KEY_SECTIONS if k in views} or None
     return Mapped("lkc", header, views["pairs"], cmap, mm, header["sections"]["constmap"]["offset"],
-                  key_views=key_views, mm=mm, path=path)
+                  key_views=key_views, mm=mm, path=path, orders=high, orders_buf=mm)
 
 
-def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memory") -> Mapped:
-    """A table as a Mapped, its constmap built here (O(n))."""
+def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memory",
+              high: HighOrders | None = None) -> Mapped:
+    """A table (and higher orders) as a Mapped, its maps built here (O(n))."""
     buf = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
     pairs = np.ascontiguousarray(table.pairs, dtype=np.int32).reshape(-1, 2).view()
     pairs.flags.writeable = False
     keys = np.ascontiguousarray(table.keys, dtype=np.int32).reshape(-1, 2)
-    cmap = constmap_section(buf, 0, len(buf), "in-memory cache")
+    cmap = vmap.parse_in(buf, 0, len(buf), "in-memory cache")
     meta = {**(meta or {}), **check_meta(meta or {}, table)}
-    return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys)
+    maps = {}
+    if high is not None:
+        meta["orders"] = high.header()
+        blobs = list(high.sections().items())
+        words = np.concatenate([b for _, b in blobs]) if blobs else np.zeros(8, np.uint8)
+        at = np.cumsum([0] + [len(b) for _, b in blobs])  # VMAP0001 maps are whole words long
+        maps = {int(orders.SECTION.match(sec).group(1)): vmap.parse_in(words, int(a), len(b), "in-memory cache")
+                for (sec, b), a in zip(blobs, at)}
+        return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders=maps, orders_buf=words)
+    return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders={})

@@ -26,3 +26,5 @@ class Mapped:
     keys: np.ndarray | None = None  # (n, 2) int32 keys, when known without a pass (in-memory tables)
     mm: object = None  # the mapping to close, if any
     path: Path | None = None
+    orders: dict = None  # {n: ConstMapView} of the higher orders (version-2 .lkc), {} when none
+    orders_buf: object = None  # the buffer all order maps lie in (the file's mapping, or one array)

@@ -3,8 +3,8 @@
 fastconstmap's own `from_buffer` runs an FNV-1a pass over the whole map on every open, an O(n) read
 that touches every page. This module reads the documented layout directly from a memory-mapped
 buffer instead, so opening is O(1), and looks keys up from numba-compiled code (single and batched).
-The checksum is checked only by `checksum_ok`, the explicit verify step. Building goes through
-fastconstmap itself, so the bytes are the ones the C/Go/Rust implementations write.
+The checksum is checked only by `checksum_ok`, the explicit verify step. Building is `vmap_build`'s,
+byte-identical to fastconstmap (and so to the C/Go/Rust implementations; tests/test_vmap_build.py).
 
 Keys are 2-grams: two int32 token ids, little-endian, t0 then t1 (`struct.pack('<ii', t0, t1)`).
 """
@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import FormatError
+from . import vmap_build
 
 MAGIC = b"VMAP0001"
 HEADER_SIZE = 32
@@ -61,6 +62,14 @@ class ConstMapView:
         return (*self.hash_args, self.data, self.checks)
 
 
+def parse_in(buf, offset: int, length: int, name: str) -> ConstMapView:
+    """`parse`, its errors naming the file the map is in."""
+    try:
+        return parse(buf, offset, length)
+    except FormatError as exc:
+        raise FormatError(f"{name}: {exc}") from None
+
+
 def parse(buf: memoryview | np.ndarray, offset: int = 0, length: int | None = None) -> ConstMapView:
     """Validate the header of a serialized map in `buf[offset:offset+length]` and return views (O(1))."""
     raw = np.frombuffer(buf, dtype=np.uint8)
@@ -98,16 +107,9 @@ def checksum_ok(buf: memoryview | np.ndarray, offset: int, length: int) -> bool:
 
 
 def build(keys: np.ndarray, values: np.ndarray) -> bytes:
-    """Serialize a VerifiedConstMap from (n, 2) int32 keys to uint64 values, via fastconstmap."""
-    import fastconstmap
-
-    keys = np.ascontiguousarray(keys, dtype="<i4").reshape(-1, 2)
-    kb = keys.tobytes()
-    mapping = {kb[i:i + 8]: v for i, v in zip(range(0, len(kb), 8), values.tolist())}
-    del kb
-    m = fastconstmap.VerifiedConstMap(mapping)
-    del mapping
-    return m.to_bytes()
+    """Serialize a VerifiedConstMap from (n, 2) int32 keys to uint64 values: the bytes fastconstmap
+    writes, from a numba builder (`vmap_build`; no Python dict of keys)."""
+    return vmap_build.build(keys, values)
 
 
 @njit(cache=True, inline="always")
@@ -153,6 +155,16 @@ def lookup(t0, t1, seed, seg_len, seg_count_len, data, checks):
     if (checks[h0] ^ checks[h1] ^ checks[h2]) != (x ^ (x >> np.uint64(32))):
         return NOT_FOUND
     return data[h0] ^ data[h1] ^ data[h2]
+
+
+@njit(cache=True, inline="always")
+def lookup_in(t0, t1, seed, seg_len, seg_count_len, words, data_at, checks_at):
+    """`lookup` for a map whose data and checks lie at word offsets data_at, checks_at of `words` (several
+    maps of one file share one view of it)."""
+    x, h0, h1, h2 = probes(t0, t1, seed, seg_len, seg_count_len)
+    if (words[checks_at + h0] ^ words[checks_at + h1] ^ words[checks_at + h2]) != (x ^ (x >> np.uint64(32))):
+        return NOT_FOUND
+    return words[data_at + h0] ^ words[data_at + h1] ^ words[data_at + h2]
 
 
 @njit(cache=True)

@@ -1,8 +1,10 @@
 """The lookup-create pipeline: corpus sources → token ids (via the token store) → 2-gram counts → file.
 
-Three timed phases, each with an optional progress bar: tokenize (text sources through the token
-store; token files are used as they are), count (exact follower counts, streamed from the store),
-write (any format, through formats.write_table). Every source is one document, as if each had been
+Four timed phases, each with an optional progress bar: tokenize (text sources through the token
+store, or, with jobs > 1 and nothing stored yet, tokenized and counted at once by worker processes;
+token files are used as they are), count (exact follower counts of what was not counted yet, in
+sorted runs spilled to a work directory beyond the memory budget), merge (a k-way merge of the runs,
+one key range per task), write (streamed from the merged parts: formats.lkc_stream). Every source is one document, as if each had been
 given to llama.cpp's lookup-create on its own and the caches merged. The summary reports sizes,
 seconds per phase and the process's peak RSS.
 """
@@ -10,7 +12,7 @@ seconds per phase and the process's peak RSS.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -20,12 +22,18 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ._version import __version__
+from . import budget
+from .corpora.parallel import Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup, tokenize_count
 from .corpora.stream import Budget
-from .corpora.tokenized import DocTokens, tokenize_source, tokenizer_mode
-from .counts.bigrams import CHUNK_TOKENS, FollowerCounter
+from .corpora.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
+from .counts.bigrams import CHUNK_TOKENS
+from .counts.runs import key_ranges
 from .errors import InputError
 from .files import atomic_writer
-from .formats import format_for_path, write_table
+from .formats import format_for_path
+from .formats.lkc_stream import write_parts
+from .formats.orders import HighOrders
+from .counts.orders import OrderParams, count_order, follower_bits
 from .memory import peak_rss_bytes
 from .rules import COUNT_MAX, ID_MAX
 from .tokenizer.store import TokenStore
@@ -36,7 +44,9 @@ ProgressFactory = Callable[[bool], "contextlib.AbstractContextManager"]  # bytes
 def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, format: str | None = None,
                  keys: bool = True, progress: ProgressFactory | None = None, *, max_bytes: int | None = None,
                  cut: str = "line", cache_dir: str | os.PathLike | None = None, token_cache: bool = True,
-                 chunk_tokens: int = CHUNK_TOKENS) -> dict:
+                 chunk_tokens: int = CHUNK_TOKENS, jobs: int = 1, memory_budget: int | None = None,
+                 temp_dir: str | os.PathLike | None = None, ray: str | None = None,
+                 orders: OrderParams | None = None) -> dict:
     """Build a static 2-gram cache from `sources` and write it to `out_path`; returns the summary.
 
     `max_bytes` limits the text read across the sources in order, cut at the last line end within it
@@ -44,7 +54,12 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     cached under `cache_dir` (default $LOOKUPKIT_CACHE_DIR or ~/.cache/lookupkit) unless
     `token_cache` is False, in which case they go to a temporary directory removed afterwards.
     `tokenizer` None (token-id sources only): the cache records no vocabulary and accepts any id in
-    0..2^31-1, as llama.cpp does.
+    0..2^31-1, as llama.cpp does. `jobs` processes tokenize and count; counting holds about
+    `memory_budget` bytes (default DEFAULT_BUDGET) and spills sorted runs to `temp_dir` (default: the
+    system's) beyond it; `ray` ("local" or a cluster address) runs tokenizing and counting as Ray tasks.
+    Every combination writes the same bytes. `orders` (counts.orders.OrderParams) also counts the
+    higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
+    every document in the driver, so text is then tokenized by the driver (jobs still count 2-grams).
     """
 
     t_start = time.perf_counter()
@@ -57,40 +72,149 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         raise InputError("--max-bytes limits text sources; it cannot be combined with token-id files")
     if tokenizer is None and any(s.kind != "tokens" for s in sources):
         raise InputError("text sources need a vocabulary to be tokenized with")
+    plan = budget.plan(jobs, memory_budget, chunk_tokens)
+    if orders is not None and (fmt != "lkc" or ray is not None):
+        raise InputError("--orders above 2 writes a .lkc file and runs locally (no --ray); "
+                         f"got {'--ray' if ray is not None else fmt + ' output'}")
     for source in sources:
         source.check()
     scratch = contextlib.nullcontext(cache_dir) if token_cache else tempfile.TemporaryDirectory(prefix="lookupkit-")
-    with scratch as root:
+    with scratch as root, budget.work_dir(temp_dir) as work:
         phases: dict[str, float] = {}
         peaks: dict[str, int] = {}
-        with _timed(phases, peaks, "tokenize"):
-            docs, skipped = _tokenize(sources, tokenizer, TokenStore(root), Budget(max_bytes, cut), progress)
+        spec = CounterSpec(*_vocab_bounds(tokenizer, sources), spill_dir=work, limit_bytes=plan.per_job,
+                           chunk_tokens=plan.chunk_tokens)
+        if orders is not None:
+            orders = dataclasses.replace(orders, follower_bits=follower_bits(spec.id_bound or spec.n_vocab))
+        high = None
+        if ray is not None:
+            from .distributed.ray_build import count_on_ray
+
+            with _timed(phases, peaks, "tokenize"):
+                docs, skipped, parts = count_on_ray(ray, sources, tokenizer, spec, Budget(max_bytes, cut), plan, work)
+        else:
+            docs, skipped, parts, high = _count_local(sources, tokenizer, TokenStore(root), Budget(max_bytes, cut),
+                                                      plan, spec, work, token_cache, progress, phases, peaks, orders)
         n_tokens = sum(d.n_tokens for d in docs)
-        try:
-            if n_tokens == 0:
-                raise InputError("empty token stream: the corpus produced no tokens")
-            with _timed(phases, peaks, "count"):
-                table = _count(docs, _counter(tokenizer, docs, chunk_tokens), n_tokens, progress)
-        finally:
-            for doc in docs:
-                doc.close()  # unmap the stored tokens before the write phase needs the memory
-        if table.n_keys == 0:
+        n_keys = sum(p.n_keys for p in parts)
+        if n_tokens == 0:
+            raise InputError("empty token stream: the corpus produced no tokens")
+        if n_keys == 0:
             raise InputError(f"no 2-grams: the corpus has {n_tokens} tokens, and a 2-gram with a follower "
                              "needs 3 tokens in one document")
+        budget.check_write(plan, n_keys)
         meta = _meta(tokenizer, docs, n_tokens, max_bytes, cut)
-        with _timed(phases, peaks, "write"), _bar(progress, False, "write", None):
-            write_table(table, out_path, fmt, meta, keys)
+        with _timed(phases, peaks, "write"), _bar(progress, False, "write", None), budget.disk_errors(work):
+            write_parts(parts, out_path, fmt, meta, keys, high)
     phases["total"] = time.perf_counter() - t_start
+    merge = phases.pop("merge", 0.0)
+    phases["count"] = phases.get("count", 0.0) + merge  # (the summary's phases: tokenize, count, write)
+    orders_s = phases.pop("orders", None)
     return {
         "output": str(out_path), "format": fmt, "file_bytes": out_path.stat().st_size,
         "vocab": meta["vocab"], "sources": meta["corpus"]["sources"], "skipped_sources": skipped,
         "n_bytes": sum(d.n_bytes for d in docs), "n_tokens": n_tokens,
-        "reused_tokens": sum(d.reused_tokens for d in docs), "n_2grams": table.n_keys, "n_pairs": table.n_pairs,
+        "reused_tokens": sum(d.reused_tokens for d in docs), "n_2grams": n_keys,
+        "n_pairs": sum(p.n_pairs for p in parts),
         "replaced_bytes": sum(d.replaced_bytes for d in docs), "max_bytes": max_bytes, "cut": cut,
         "token_cache": str(TokenStore(root).root) if token_cache else None,
+        "jobs": plan.jobs, "memory_budget": plan.total, "ray": ray, "merge_seconds": round(merge, 3),
+        "orders": ([2, *orders.orders] if orders else [2]), "orders_seconds": orders_s and round(orders_s, 3),
+        "n_high_order_keys": {n: len(k) for n, (k, _) in high.maps.items()} if high else {},
         "seconds": {k: round(v, 3) for k, v in phases.items()}, "peak_rss_bytes": peak_rss_bytes(),
-        "peak_rss_bytes_by_end_of": peaks,
+        "peak_rss_bytes_by_end_of": peaks, "workers_peak_rss_bytes": budget.children_peak_rss(),
     }
+
+
+def _vocab_bounds(tokenizer, sources) -> tuple[int, str, int | None]:
+    """(n_vocab, vocabulary name for errors, id bound) of the counters, as `_counter` decided them."""
+    if tokenizer is None:
+        top = max((int(a.max()) for s in sources for a in s.arrays() if len(a)), default=0)
+        return ID_MAX + 1, "int32 token ids", top + 1
+    name = f"the {tokenizer.name} vocabulary"
+    if getattr(tokenizer, "bundled", False):
+        name = f"the bundled {tokenizer.name} vocabulary (used because no -m was given; pass -m VOCAB)"
+    return tokenizer.n_vocab, name, None
+
+
+def _count_local(sources, tokenizer, store, byte_budget, plan, spec, work, token_cache, progress, phases, peaks,
+                 orders=None):
+    """Tokenize and count in `plan.jobs` processes; merge by key range. Returns (docs, skipped, parts, the
+    higher orders or None)."""
+    high = None
+    workers = Workers(plan.jobs, tokenizer, spec)
+    try:
+        with budget.disk_errors(work):
+            bounds, docs, skipped = Boundaries(), [], []
+            with _timed(phases, peaks, "tokenize"):
+                fresh = []
+                for i, source in enumerate(sources):  # text nobody stored yet: tokenized and counted at once
+                    if (plan.jobs > 1 and orders is None and source.kind != "tokens" and tokenizer.cuttable
+                            and not byte_budget.exhausted):
+                        lookup, stored = stored_lookup(source, byte_budget, tokenizer, store if token_cache else None)
+                        if not stored:
+                            fresh.append(i)
+                            doc = _parallel_doc(source, byte_budget, tokenizer, store, lookup, token_cache, workers,
+                                                bounds, progress)
+                            (docs.append(doc) if doc.n_bytes else skipped.append(source.describe()))
+                            continue
+                    d, s = _tokenize([source], tokenizer, store, byte_budget, progress)
+                    docs += d
+                    skipped += s
+            try:
+                with _timed(phases, peaks, "count"):
+                    _count_docs([(n, d) for n, d in enumerate(docs) if not isinstance(d, CountedDoc)], workers,
+                                bounds, progress)
+                    runs = [r for res in workers.broadcast(("finish",)) for r in res[1]]
+                    runs += _joints(bounds, spec)
+                if orders is not None:
+                    with _timed(phases, peaks, "orders"), _bar(progress, False, "orders", None):
+                        ids = [list(d.arrays()) for d in docs]
+                        high = HighOrders(orders, {n: count_order(ids, n, orders) for n in orders.orders})
+            finally:
+                for doc in docs:
+                    doc.close()
+            with _timed(phases, peaks, "merge"):
+                ranges = key_ranges(runs, plan.ranges, spec.id_bound or spec.n_vocab)
+                got = []
+                for i, (lo, hi) in enumerate(ranges):
+                    got += workers.submit(("merge", i, runs, lo, hi, os.path.join(work, f"part-{i:04d}")))
+                got += workers.wait_all()
+                parts = [part for _, _, part in sorted(got, key=lambda r: r[1])]
+                for r in runs:
+                    r.remove()
+    finally:
+        workers.close()
+    return docs, skipped, parts, high
+
+
+def _parallel_doc(source, byte_budget, tokenizer, store, lookup, token_cache, workers, bounds, progress):
+    size = source.size
+    with _bar(progress, True, "tokenize+count", size) as advance:
+        if not token_cache:
+            return tokenize_count(source, byte_budget, tokenizer, workers, bounds, None, advance)
+        with store.writer(lookup, tokenizer.fingerprint, tokenizer_mode(tokenizer)) as writer:
+            doc = tokenize_count(source, byte_budget, tokenizer, workers, bounds, writer, advance)
+            if not doc.n_bytes:
+                writer.finish(0, doc.sha256)
+        if writer.entry is not None:
+            writer.entry.close()
+        return doc
+
+
+def _count_docs(docs, workers, bounds, progress) -> None:
+    total = sum(d.n_tokens for _, d in docs)
+    with _bar(progress if total else None, False, "count", total) as advance:
+        for n, doc in docs:
+            count_ids(_advancing(doc.arrays(), advance), workers, bounds, n)
+
+
+def _joints(bounds: Boundaries, spec: CounterSpec) -> list:
+    """The runs of the triples that straddle two pieces (counted here, in the driver)."""
+    counter = spec.make()
+    for joint in bounds.joints:
+        counter.add_document(joint)
+    return counter.finish()
 
 
 def _check_output(path: Path) -> None:
@@ -114,7 +238,7 @@ def _tokenize(sources, tokenizer, store, budget, progress) -> tuple[list[DocToke
             if budget.exhausted:
                 skipped.append(source.describe())
             elif source.kind == "tokens":
-                docs.append(_token_doc(source))
+                docs.append(token_doc(source))
             else:
                 doc = tokenize_source(source, budget, tokenizer, store, advance)
                 if doc.n_bytes:
@@ -122,33 +246,6 @@ def _tokenize(sources, tokenizer, store, budget, progress) -> tuple[list[DocToke
                 else:  # the budget ended before this source's first line end
                     skipped.append(source.describe())
     return docs, skipped
-
-
-def _token_doc(source) -> DocTokens:
-    """A token-id file as a document (its sha256 is that of the ids as little-endian int32/int64)."""
-    ids = source.ids()
-    sha = hashlib.sha256()
-    for part in source.arrays():
-        sha.update(np.ascontiguousarray(part, dtype=part.dtype.newbyteorder("<")).data)
-    return DocTokens(source.describe(), n_bytes=ids.nbytes, sha256=sha.hexdigest(), parts=[ids])
-
-
-def _counter(tokenizer, docs: list[DocTokens], chunk_tokens: int) -> FollowerCounter:
-    """A counter checking ids against the tokenizer's vocabulary, or, with none, only against int32."""
-    if tokenizer is None:
-        top = max((int(a.max()) for d in docs for a in d.arrays() if len(a)), default=0)
-        return FollowerCounter(ID_MAX + 1, chunk_tokens, vocab_name="int32 token ids", id_bound=top + 1)
-    name = f"the {tokenizer.name} vocabulary"
-    if getattr(tokenizer, "bundled", False):
-        name = f"the bundled {tokenizer.name} vocabulary (used because no -m was given; pass -m VOCAB)"
-    return FollowerCounter(tokenizer.n_vocab, chunk_tokens, vocab_name=name)
-
-
-def _count(docs, counter: FollowerCounter, n_tokens: int, progress):
-    with _bar(progress, False, "count", n_tokens) as advance:
-        for doc in docs:
-            counter.add_document(_advancing(doc.arrays(), advance))
-    return counter.table()
 
 
 def _advancing(arrays, advance):

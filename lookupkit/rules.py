@@ -34,12 +34,15 @@ MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
 
 # Source codes of drafted tokens (the .steps files' last column): 1..4 context n-gram of size n,
-# 5..8 dynamic of size code - 4, 9 the static 2-gram, 10 lookupkit's longest-match source.
-SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", 9: "s2", 10: "ng"}
+# 5..8 dynamic of size code - 4, 9 the static 2-gram, 10 lookupkit's longest-match source, and for
+# lookupkit's policy the static cache's higher orders n = 3..16 as 20 + n.
 STATIC = 9
 LONGEST_MATCH = 10
+MAX_STATIC_ORDER = 16
+SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", STATIC: "s2",
+                LONGEST_MATCH: "ng", **{20 + n: f"s{n}" for n in range(3, MAX_STATIC_ORDER + 1)}}
 SOURCE_LEGEND = ("sources: c1..c4 = this sequence's (context) n-gram of 1..4 tokens, d1..d4 = the dynamic "
-                 "cache's (earlier runs), s2 = the static cache's 2-gram alone, ng = longest earlier match")
+                 "cache's (earlier runs), s2..s16 = the static cache's n-gram, ng = longest earlier match")
 
 
 def context_code(n: int) -> int:
@@ -48,6 +51,10 @@ def context_code(n: int) -> int:
 
 def dynamic_code(n: int) -> int:
     return NGRAM_MAX + n
+
+
+def static_code(n: int) -> int:
+    return STATIC if n == NGRAM_STATIC else 20 + n
 
 
 def check_n_draft(n_draft) -> int:

@@ -22,7 +22,7 @@ from lookupkit.errors import FormatError, InputError, VocabMismatchError  # noqa
 from lookupkit.integrations.engines import MissingExtraError  # noqa: E402
 from lookupkit.integrations.session import WINDOW, DraftSession  # noqa: E402
 from lookupkit.integrations.calibrate import calibrate  # noqa: E402
-from lookupkit.replay.cost import VerifyCost, load_curve, save_curve, speedup  # noqa: E402
+from lookupkit.verify_cost import VerifyCost, load_curve, save_curve, speedup  # noqa: E402
 from lookupkit.integrations.llama_cpp import LookupDraftModel, load_llama  # noqa: E402
 from lookupkit.rules import MAX_DRAFT  # noqa: E402
 from lookupkit.replay import replay_generation  # noqa: E402
@@ -85,6 +85,27 @@ def test_greedy_output_is_plain_and_counters_are_the_replays(tiny_gguf, plain, s
     s = draft.stats()
     assert (s["calls"], s["drafted"], s["accepted"]) == (len(rep.n_drafted), rep.n_drafted.sum(), rep.n_accepted.sum())
     assert (s["pending"], s["unresolved"], s["sequences"], s["full_checks"]) == (0, 0, 1, 0)
+
+
+@pytest.mark.parametrize("cost", [0.0, 0.25])
+def test_the_lookupkit_policy_in_the_engine_is_plain_greedy_and_its_replay(tiny_gguf, plain, static_path, cost):
+    from lookupkit.draft.confidence import load as load_tables
+    from lookupkit.draft.policy import make_policy
+
+    prompts, outs = plain
+    draft = LookupDraftModel(static=static_path, n_draft=8, policy="lookupkit", verify_cost=cost)
+    llm = llama(tiny_gguf, draft)
+    draft.bind(llm)
+    out = generate(llm, prompts[0])
+    assert out == outs[0]
+    seq = prompts[0] + out
+    draft.finish(seq)
+    with StaticCache.open(static_path) as cache:
+        pol = make_policy(load_tables(), lambda k: 1 + cost * k, 8, cache.high)
+        rep = replay_generation(seq, len(prompts[0]) + 1, 8, static=cache, policy=pol)
+    s = draft.stats()
+    assert (s["calls"], s["drafted"], s["accepted"]) == (len(rep.n_drafted), rep.n_drafted.sum(), rep.n_accepted.sum())
+    assert s["drafted"] > 0
 
 
 def test_a_new_prompt_restarts_and_learns_the_previous_sequence(tiny_gguf, plain, static_path):

@@ -16,7 +16,7 @@ from lookupkit import StaticCache
 from lookupkit.cli.stats import app as stats_app
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama, read_ngrams
-from lookupkit.replay.cost import save_curve
+from lookupkit.verify_cost import save_curve
 from cli_checks import assert_one_line_error
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

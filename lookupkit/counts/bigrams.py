@@ -90,6 +90,18 @@ class FollowerCounter:
         _merge2(ka, ca, kb, cb, shift, _TABLE, _NO_OUTPUT[0], _NO_OUTPUT[1], table.keys, table.offsets, table.pairs)
         return table
 
+    def merged_run(self) -> tuple[np.ndarray, np.ndarray]:
+        """All runs merged into one sorted run (keys (n, 1|2) uint64, int64 counts); the counter is emptied."""
+        runs = self._runs
+        if not runs:
+            return np.empty((0, 1 if self.packed else 2), np.uint64), np.empty(0, np.int64)
+        while len(runs) > 1:
+            _, kb, cb = runs.pop()
+            level, ka, ca = runs.pop()
+            runs.append((level, *_merge(ka, ca, kb, cb)))
+        _, keys, counts = runs.pop()
+        return keys, counts
+
     def _check_ids(self, arr: np.ndarray, offset: int) -> None:
         if arr.dtype.kind not in "iu":
             raise InputError(f"token ids must be integers, got {arr.dtype}")

@@ -2,7 +2,8 @@
 
 It keeps the three caches of llama.cpp's `llama-lookup`: a context cache of the current sequence
 (kept in sync incrementally), a dynamic cache (an -lcd file and/or what earlier sequences taught it)
-and an optional static cache, and drafts with the compiled rule of `draft_fast`.
+and an optional static cache, and drafts with llama.cpp's compiled rule (draft.fast) or, with
+policy="lookupkit", with lookupkit's policy (draft.policy: it drafts only what pays at `verify_cost`).
 
     drafter = Drafter(static="wiki.lkc")
     draft = drafter.draft(tokens, n_draft=8)   # tokens: the whole sequence so far
@@ -23,19 +24,28 @@ from ..token_ids import token_ids
 from ..formats import read_ngrams
 from ..static.cache import StaticCache
 from ..counts.tables import NgramTable
-from ..rules import DEFAULT_DRAFT, SOURCE_NAMES, check_n_draft
+from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, check_n_draft
+from ..counts.match_index import clear_index, ensure_room, index_positions
+from ..verify_cost import VerifyCost
+from .confidence import load as load_table
+from .policy import DEFAULT_COST, check_policy, make_policy, policy_draft
 
 
 class Drafter:
     """Drafts from a context cache of the current sequence, a dynamic and an optional static cache.
 
     static: a StaticCache, a path to any static cache file, or None. dynamic: an NgramTable, a path to
-    a llama.cpp legacy cache (-lcd), or None. expect_vocab: the vocab fingerprint of the tokens you
-    will pass; a static cache built for another vocabulary is refused (VocabMismatchError).
+    a llama.cpp legacy cache (-lcd), or None. expect_vocab: the Tokenizer (or vocab fingerprint) of the
+    tokens you will pass; a static cache built for another vocabulary is refused (VocabMismatchError).
+    policy: "llama.cpp" (the default, exact) or "lookupkit"; for the latter, verify_cost (a number C per
+    drafted token, or a `lookupkit calibrate` curve file) and policy_table (a confidence table file,
+    default: the bundled one). Thread safety: the static cache may be shared by any number of
+    Drafters in any threads; one Drafter follows one sequence, from one thread at a time.
     """
 
     def __init__(self, static=None, dynamic=None, *, expect_vocab: str | None = None,
-                 thresholds: Thresholds | None = None):
+                 thresholds: Thresholds | None = None, policy: str = "llama.cpp", verify_cost=DEFAULT_COST,
+                 policy_table=None):
         if isinstance(static, (str, os.PathLike)):
             static = StaticCache.open(static, expect_vocab=expect_vocab)
         elif static is not None and hasattr(static, "check_vocab"):
@@ -48,6 +58,12 @@ class Drafter:
         self.static = static
         self._st = static_arrays(static, self.thresholds.static)
         self._memo = new_memo(1 << 12)
+        self.policy = check_policy(policy)
+        self._pol = None
+        if self.policy == "lookupkit":
+            cost = VerifyCost.of(verify_cost)
+            self._pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None))
+            self._buf = (np.zeros(MAX_DRAFT, np.int32), np.zeros(MAX_DRAFT, np.int8))
         self._dyn = FlatCache.from_table(dynamic, thresholds=self.thresholds.dynamic)
         self._ctx = FlatCache(1024, 1024, self.thresholds.context)
         self._seq = np.zeros(1024, np.int32)
@@ -70,6 +86,10 @@ class Drafter:
             grown[:self._n] = self._seq[:self._n]
             self._seq = grown
         self._seq[self._n:n] = new
+        if self._pol is not None:  # the policy's longest-match index follows the sequence too
+            index = ensure_room(self._pol.index, self._seq, self._n, len(new))
+            index_positions(index, self._seq, max(self._n, 1), n)
+            self._pol = self._pol._replace(index=index)
         self._n = n
         self._ctx.update(self._seq[:n], nnew=len(new))
 
@@ -82,7 +102,13 @@ class Drafter:
         n_draft = check_n_draft(n_draft)
         if tokens is not None:
             self._sync(token_ids(tokens, "tokens"))
-        out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
+        if self._pol is None:
+            out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
+        else:
+            drafted, sources = self._buf
+            k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo, self._pol,
+                             drafted, sources, 0)
+            out, codes = drafted[:k].copy(), sources[:k]
         self._memo = grow_memo(self._memo)
         self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
         return out.tolist()
@@ -97,6 +123,8 @@ class Drafter:
         if learn:
             self._dyn.merge(self._ctx)
         self._ctx.clear()
+        if self._pol is not None:
+            clear_index(self._pol.index)
         self._n = 0
 
     def dynamic_table(self) -> NgramTable:
@@ -109,5 +137,7 @@ class Drafter:
             self.accept(tokens[n:])
         else:
             self._ctx.clear()
+            if self._pol is not None:
+                clear_index(self._pol.index)
             self._n = 0
             self.accept(tokens)

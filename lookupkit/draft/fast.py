@@ -75,7 +75,7 @@ def grow_memo(memo: Memo) -> Memo:
 
 
 @kernel
-def _memo_slot(memo, key):
+def memo_slot(memo, key):
     """Slot of `key` (packed 2-gram + 1) in the memo, or of the empty slot where it belongs."""
     mask = np.uint64(len(memo.table) - 1)
     i = (mix(np.uint64(key) * _KEY_MULT) >> np.uint64(32)) & mask
@@ -88,7 +88,7 @@ def _memo_slot(memo, key):
 def _rehash_memo(dst, src):
     for r in range(len(src.table)):
         if src.table[r, 0] != 0:
-            i = _memo_slot(dst, src.table[r, 0])
+            i = memo_slot(dst, src.table[r, 0])
             for j in range(4):
                 dst.table[i, j] = src.table[r, j]
     dst.n[0] = src.n[0]
@@ -104,7 +104,7 @@ def static_part(st, memo, t0, t1):
     if st.data.shape[0] == 0:
         return np.int64(-1), np.int64(0), np.int64(0)
     key = ((np.int64(np.uint32(t0)) << 32) | np.int64(np.uint32(t1))) + 1
-    i = _memo_slot(memo, key)
+    i = memo_slot(memo, key)
     if memo.table[i, 0] == key:
         return np.int64(i), memo.table[i, 1], memo.table[i, 2]
     off, n = span_of(t0, t1, st.params[0], st.params[1], st.params[2], st.data, st.checks, st.params[3])

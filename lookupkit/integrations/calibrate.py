@@ -10,7 +10,7 @@ with n_threads and a batch with n_threads_batch: `threads` sets both (llama-cpp-
 the batch twice the threads of one token, which would flatter drafts); the result records both.
 
     result = calibrate("model.gguf")                     # {"curve": {k: cost of 1+k / cost of 1}, ...}
-    replay.cost.save_curve(result, "curve.json")         # lookup-stats --verify-cost curve.json uses it
+    verify_cost.save_curve(result, "curve.json")         # lookup-stats --verify-cost curve.json uses it
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from .engines import gguf_vocab, require
 from ..errors import InputError
-from ..replay.cost import FORMAT
+from ..verify_cost import FORMAT
 from ..rules import MAX_DRAFT
 
 

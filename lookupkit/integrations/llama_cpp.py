@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from .. import Drafter
+from ..draft.policy import DEFAULT_COST
 from .engines import gguf_vocab, open_static, require
 from .session import Counted, DraftSession
 from ..errors import InputError
@@ -33,14 +34,18 @@ class LookupDraftModel(Counted, LlamaDraftModel):
 
     static: a path or an open StaticCache (pass one StaticCache to many draft models: one mapping);
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT tokens per call; model: a GGUF path
-    or a Llama whose vocabulary the static cache must have (or call `bind(llm)` once the Llama exists).
+    or a Llama whose vocabulary the static cache must have (or call `bind(llm)` once the Llama exists);
+    policy: "llama.cpp" (its rule, exactly) or "lookupkit" (draft only what pays at verify_cost, a number
+    per drafted token or a `lookupkit calibrate` curve file of this very model).
     Counters: n_calls, n_drafted, n_accepted, and `stats()`. One sequence at a time: one draft model
     per Llama (and so per thread).
     """
 
-    def __init__(self, static=None, dynamic=None, n_draft: int = 8, model=None):
+    def __init__(self, static=None, dynamic=None, n_draft: int = 8, model=None, policy: str = "llama.cpp",
+                 verify_cost=DEFAULT_COST):
         self.static = open_static(static)
-        self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic), n_draft)
+        self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic, policy=policy,
+                                                    verify_cost=verify_cost), n_draft)
         self.n_ctx: int | None = None
         if model is not None:
             self.bind(model)

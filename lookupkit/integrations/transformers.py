@@ -21,6 +21,7 @@ Importing this module imports torch and transformers (lookupkit itself never doe
 from __future__ import annotations
 
 from .. import Drafter
+from ..draft.policy import DEFAULT_COST
 from .engines import open_static, require, vocab_identity
 from .session import Counted, DraftSession
 from ..errors import InputError, VocabMismatchError
@@ -57,16 +58,19 @@ class LookupGenerate(Counted):
     static: a path or an open StaticCache (share one between LookupGenerate objects: one mapping);
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT; vocab: a GGUF or tokenizer.json
     whose vocabulary the static cache must have (checked at construction; the model's vocab_size is
-    always checked against the cache's). Counters: n_calls, n_drafted, n_accepted, `stats()`.
+    always checked against the cache's); policy and verify_cost as for the llama-cpp-python adapter.
+    Counters: n_calls, n_drafted, n_accepted, `stats()`.
     One sequence at a time: one LookupGenerate per concurrent generation (the model may be shared).
     """
 
-    def __init__(self, static=None, dynamic=None, n_draft: int = 8, vocab=None):
+    def __init__(self, static=None, dynamic=None, n_draft: int = 8, vocab=None, policy: str = "llama.cpp",
+                 verify_cost=DEFAULT_COST):
         self.static = open_static(static)
         if vocab is not None:
             if self.static is not None:
                 self.static.check_vocab(vocab_identity(vocab))
-        self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic), n_draft)
+        self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic, policy=policy,
+                                                    verify_cost=verify_cost), n_draft)
 
     def __call__(self, model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         _check_supported()

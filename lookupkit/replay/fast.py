@@ -12,7 +12,9 @@ import time
 import numpy as np
 
 from ..counts import flat as fc
+from ..counts.match_index import clear_index, index_position, index_positions, new_index
 from ..draft.fast import Thresholds, draft, grow_memo, new_memo, static_arrays
+from ..draft.policy import Policy, llama_rule, policy_draft
 from ..errors import InputError
 from ..rules import DEFAULT_DRAFT, check_n_draft, check_replay
 from ..counts.tables import NgramTable
@@ -23,8 +25,10 @@ OUT, CALLS, TOKS = 0, 1, 2  # state: |out| in the current chunk, calls recorded,
 
 
 @fc.kernel
-def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, state, calls, drafted, sources):
-    """Replay one chunk (`truth` = its n_ctx tokens) from `state` on; CHUNK_DONE or NEED_RECORDS."""
+def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, pol, state, calls, drafted, sources):
+    """Replay one chunk (`truth` = its n_ctx tokens) from `state` on; CHUNK_DONE or NEED_RECORDS.
+
+    Drafts with llama.cpp's rule, or with lookupkit's policy when pol.on (draft.policy)."""
     n_ctx = truth.shape[0]
     out, n_calls, n_toks = max(state[OUT], 1), state[CALLS], state[TOKS]  # out = [truth[0]] to start
     status = CHUNK_DONE
@@ -32,14 +36,21 @@ def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, state, calls, drafted,
         if n_calls >= calls.shape[0] or n_toks + n_draft > drafted.shape[0]:
             status = NEED_RECORDS
             break
-        k = draft(truth, out, n_draft, ctx, dyn, st, memo, True, drafted, sources, n_toks)
+        if pol.on:
+            k = policy_draft(truth, out, n_draft, ctx, dyn, st, memo, pol, drafted, sources, n_toks)
+        else:
+            k = draft(truth, out, n_draft, ctx, dyn, st, memo, True, drafted, sources, n_toks)
         pos = out
         while out - pos < k and out < n_ctx and truth[out] == drafted[n_toks + out - pos]:
             fc.count_position(ctx, truth, out)  # accepted: the output grows by the drafted token
+            if pol.on:
+                index_position(pol.index, truth, out)
             out += 1
         accepted = out - pos
         if out < n_ctx:
             fc.count_position(ctx, truth, out)  # the sampled token: the ground truth
+            if pol.on:
+                index_position(pol.index, truth, out)
             out += 1
         calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
         n_calls += 1
@@ -56,12 +67,12 @@ class _Records:
         self.drafted = np.full(max(2 * n_calls, n_draft), 0, np.int32)
         self.sources = np.full(len(self.drafted), 0, np.int8)
 
-    def run(self, truth, chunk, n_draft, ctx, dyn, st, memo, state) -> float:
+    def run(self, truth, chunk, n_draft, ctx, dyn, st, memo, pol, state) -> float:
         """Replay `truth` from `state` to its end; returns the seconds spent inside the compiled loop."""
         t = 0.0
         while True:
             t0 = time.perf_counter()
-            status = _run_chunk(truth, chunk, n_draft, ctx.c, dyn.c, st, memo, state, self.calls, self.drafted,
+            status = _run_chunk(truth, chunk, n_draft, ctx.c, dyn.c, st, memo, pol, state, self.calls, self.drafted,
                                 self.sources)
             t += time.perf_counter() - t0
             if status == CHUNK_DONE:
@@ -78,7 +89,7 @@ class _Records:
 
 
 def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: NgramTable | None = None,
-                thresholds: Thresholds | None = None) -> tuple[ReplayTrace, NgramTable]:
+                thresholds: Thresholds | None = None, policy: Policy | None = None) -> tuple[ReplayTrace, NgramTable]:
     """lookup-stats over `tokens` with the compiled engine; returns the trace and the final dynamic cache.
 
     `static` is a StaticCache (anything with `.pairs` and `.cmap`) or None, `dynamic_table` the
@@ -88,7 +99,8 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     llama.cpp's t_draft. The merges into the dynamic cache (and growing the memo) are timed apart
     (extra["t_merge_ms"]). Page faults on the mapped static cache happen inside the loop and are timed,
     as they are part of what drafting from an mmap'd cache costs. Compilation is never timed (a warm-up
-    call on an empty chunk comes first).
+    call on an empty chunk comes first). `policy` (draft.policy.make_policy): draft with lookupkit's
+    policy instead of llama.cpp's rule.
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     n_draft, n_ctx = int(n_draft), int(n_ctx)
@@ -101,14 +113,16 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     memo = new_memo()
     state = np.zeros(3, np.int64)
     rec = _Records(n_chunks * (n_ctx - 1), n_draft)
-    rec.run(tokens[:1], 0, n_draft, ctx, dyn, st, memo, state)  # compile or load the kernels, untimed
+    pol = policy._replace(index=new_index(n_ctx)) if policy is not None else llama_rule()
+    rec.run(tokens[:1], 0, n_draft, ctx, dyn, st, memo, pol, state)  # compile or load the kernels, untimed
     state[:] = 0
     t_draft = t_merge = 0.0
     for chunk in range(n_chunks):
-        t_draft += rec.run(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, ctx, dyn, st, memo, state)
+        t_draft += rec.run(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, ctx, dyn, st, memo, pol, state)
         t0 = time.perf_counter()
         dyn.merge(ctx)
         ctx.clear()
+        clear_index(pol.index)
         memo = grow_memo(memo)
         t_merge += time.perf_counter() - t0
         state[OUT] = 0
@@ -118,7 +132,8 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
 
 
 def replay_generation(tokens, prompt_len: int, n_draft: int = DEFAULT_DRAFT, static=None,
-                      dynamic: NgramTable | None = None, thresholds: Thresholds | None = None) -> ReplayTrace:
+                      dynamic: NgramTable | None = None, thresholds: Thresholds | None = None,
+                      policy: Policy | None = None) -> ReplayTrace:
     """What an engine drafting with lookupkit counts while generating `tokens` from its first `prompt_len`.
 
     lookup-stats' loop over one sequence, as a speculative engine runs it: the prompt is known (counted
@@ -135,9 +150,13 @@ def replay_generation(tokens, prompt_len: int, n_draft: int = DEFAULT_DRAFT, sta
     ctx = fc.FlatCache(4 * n, 4 * n, thr.context)
     ctx.update(tokens[:prompt_len])
     dyn = fc.FlatCache.from_table(dynamic, 0, 0, thr.dynamic)
+    pol = llama_rule()
+    if policy is not None:
+        pol = policy._replace(index=new_index(n))
+        index_positions(pol.index, tokens, 1, prompt_len)
     state = np.array([prompt_len, 0, 0], np.int64)
     rec = _Records(max(n - prompt_len, 1), n_draft)
-    t = rec.run(tokens, 0, n_draft, ctx, dyn, static_arrays(static, thr.static), new_memo(), state)
+    t = rec.run(tokens, 0, n_draft, ctx, dyn, static_arrays(static, thr.static), new_memo(), pol, state)
     return rec.trace(state, n_ctx=n, n_draft=n_draft, n_input=n, t_draft_s=t)
 
 

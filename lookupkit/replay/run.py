@@ -25,16 +25,19 @@ ENGINES = ("reference", "fast")
 
 
 def replay(tokens, n_ctx: int = 4096, n_draft: int = DEFAULT_DRAFT, static=None,
-           dynamic: NgramTable | None = None, engine: str = "fast") -> tuple[ReplayTrace, NgramTable]:
+           dynamic: NgramTable | None = None, engine: str = "fast", policy=None) -> tuple[ReplayTrace, NgramTable]:
     """Run lookup-stats over `tokens`; returns the trace and the dynamic cache after the last chunk.
 
     `static` is a StaticCache (or, for the reference engine, anything with `.find(t0, t1)`),
-    `dynamic` the table of an -lcd file. Only full chunks of n_ctx tokens are replayed.
+    `dynamic` the table of an -lcd file, `policy` a draft.policy.make_policy (fast engine) to draft with
+    lookupkit's policy instead of llama.cpp's rule. Only full chunks of n_ctx tokens are replayed.
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     check_replay(len(tokens), n_ctx, n_draft)
     if engine == "fast":
-        return replay_fast(tokens, n_ctx, n_draft, static, dynamic)
+        return replay_fast(tokens, n_ctx, n_draft, static, dynamic, policy=policy)
+    if policy is not None:
+        raise InputError("the reference engine replays llama.cpp's rule only; lookupkit's policy runs on the fast one")
     if engine != "reference":
         raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     dyn = NgramCache.from_table(dynamic) if dynamic is not None else NgramCache()

@@ -15,28 +15,34 @@ import itertools
 
 from . import longest_match as ngram_source
 from . import run as replay
+from .fast import replay_fast
+from ..draft.confidence import load as load_tables
 from ..draft.fast import Thresholds
+from ..draft.policy import DEFAULT_COST, make_policy
 from ..errors import InputError
 from ..counts.flat import LAX, STRICT
-from .cost import VerifyCost, break_even, speedup
+from ..verify_cost import REPORTED_COSTS, VerifyCost, break_even, speedup
 from .trace import ReplayTrace
 
-SOURCES = ("lookup", "ngram")
-AXES = {"lookup": ("n_draft", "thresholds"), "ngram": ("n_draft", "min_match", "max_match")}
+POLICY_DRAFT = 8  # the policy decides how much to draft; this is only its ceiling
+SOURCES = ("lookup", "ngram", "policy")  # policy: lookupkit's policy over the lookup caches
+AXES = {"lookup": ("n_draft", "thresholds"), "ngram": ("n_draft", "min_match", "max_match"),
+        "policy": ("n_draft", "policy_cost")}
 DEFAULTS = {"lookup": {"n_draft": replay.DEFAULT_DRAFT, "thresholds": None},
             "ngram": {"n_draft": ngram_source.DEFAULT_DRAFT, "min_match": ngram_source.DEFAULT_MIN_MATCH,
-                      "max_match": ngram_source.DEFAULT_MAX_MATCH}}
+                      "max_match": ngram_source.DEFAULT_MAX_MATCH},
+            "policy": {"n_draft": POLICY_DRAFT, "policy_cost": DEFAULT_COST}}
 THRESHOLD_VARIANTS = [("llama.cpp", None), ("ctx-strict", Thresholds(context=STRICT)),
                       ("dyn-lax", Thresholds(dynamic=LAX))]
 """The default thresholds axis: llama.cpp's, the context cache held to the dynamic's strict thresholds,
 and the dynamic cache given the context's lax ones."""
 SWEPT_MAX = 8  # a swept length (--draft, --ngram-min-match) runs 1..8
-COLUMNS = ("n_draft", "min_match", "max_match", "thresholds", "n_drafted", "n_accept", "accept", "coverage",
-           "tokens_per_verify", "us_per_drafted_token", "speedup", "break_even_cost")
+COLUMNS = ("n_draft", "min_match", "max_match", "thresholds", "policy_cost", "n_drafted", "n_accept", "accept", "coverage",
+           "tokens_per_verify", "us_per_drafted_token", "speedup", "break_even_cost", "speedup_at_policy_cost")
 
 
 def expected_speedup(trace: ReplayTrace, verify_cost) -> dict:
-    """The cost model (replay.cost) for one replay: speed-up at this cost (a number or a VerifyCost), and
+    """The cost model (lookupkit.verify_cost) for one replay: speed-up at this cost (a number or a VerifyCost), and
     the constant cost where drafting breaks even."""
     cost = verify_cost if isinstance(verify_cost, VerifyCost) else VerifyCost(constant=verify_cost)
     return {"verify_cost": cost.describe(), "speedup": speedup(trace.n_drafted, trace.n_accepted, cost),
@@ -54,6 +60,8 @@ def default_grid(source: str = "lookup", n_draft: int | None = None, min_match: 
                  max_match: int | None = None) -> list[dict]:
     """lookup-stats --sweep's grid: what is given stays fixed, the rest is swept (lookup: --draft 1..8 x
     THRESHOLD_VARIANTS; ngram: --ngram-min-match 1..min(8, max_match) at --draft 3)."""
+    if source == "policy":
+        return make_grid(n_draft=POLICY_DRAFT if n_draft is None else n_draft, policy_cost=list(REPORTED_COSTS))
     if source == "ngram":
         max_match = ngram_source.DEFAULT_MAX_MATCH if max_match is None else max_match
         return make_grid(n_draft=ngram_source.DEFAULT_DRAFT if n_draft is None else n_draft, max_match=max_match,
@@ -62,14 +70,14 @@ def default_grid(source: str = "lookup", n_draft: int | None = None, min_match: 
 
 
 def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, n_ctx: int = 4096,
-          source: str = "lookup", verify_cost: float | None = None) -> list[dict]:
+          source: str = "lookup", verify_cost: float | None = None, tables=None) -> list[dict]:
     """Replay `tokens` with the fast engine once per grid point; one row of results per point.
 
     Grid axes: n_draft, and thresholds (a draft_fast.Thresholds, or (label, Thresholds)) for the
-    lookup source; n_draft, min_match, max_match for the ngram source.
+    lookup source; n_draft, min_match, max_match for the ngram source; n_draft and policy_cost (the
+    verify cost lookupkit's policy drafts for) for the policy, whose confidence `tables` default to
+    the bundled ones.
     """
-    from .fast import replay_fast
-
     if source not in SOURCES:
         raise InputError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
     grid = grid or make_grid(n_draft=range(1, SWEPT_MAX + 1))
@@ -79,7 +87,14 @@ def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, 
         if unknown:
             raise InputError(f"cannot sweep {', '.join(sorted(unknown))} with --source {source}")
         p = {**DEFAULTS[source], **point}
-        if source == "lookup":
+        if source == "policy":
+            tables = tables if tables is not None else load_tables()
+            cost = VerifyCost.of(p["policy_cost"])
+            pol = make_policy(tables, cost.at, p["n_draft"], getattr(static, "high", None))
+            trace, _ = replay_fast(tokens, n_ctx, p["n_draft"], static, dynamic, policy=pol)
+            row = {"n_draft": p["n_draft"], "policy_cost": cost.describe(),
+                   "speedup_at_policy_cost": speedup(trace.n_drafted, trace.n_accepted, cost)}
+        elif source == "lookup":
             label, thresholds = p["thresholds"] if isinstance(p["thresholds"], tuple) else ("llama.cpp", p["thresholds"])
             trace, _ = replay_fast(tokens, n_ctx, p["n_draft"], static, dynamic, thresholds)
             row = {"n_draft": p["n_draft"], "thresholds": label}

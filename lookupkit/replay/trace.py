@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..rules import SOURCE_NAMES
-from .cost import speedups
+from ..verify_cost import speedups
 
 STEPS_HEADER = ("# chunk pos n_drafted n_accepted | drafted tokens | "
                 "source per drafted token (c=context,d=dynamic,s=static; digit=n)")

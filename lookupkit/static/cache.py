@@ -26,6 +26,7 @@ from ..files import unmap
 from ..formats import lkc, vmap
 from ..formats.llama import read_static
 from .keyrecovery import recover_layout
+from .high import high_of, no_high
 from .lookup import count_in, counts_many, span_of, spans_many
 
 _I32 = np.iinfo(np.int32)
@@ -84,6 +85,13 @@ class StaticCache:
         self._keys, self._key_views, self._mm = mapped.keys, mapped.key_views, mapped.mm
         self._layout = None
         self._args = (*self.cmap.args, np.uint64(self.n_pairs))
+        self._order_maps = mapped.orders or {}
+        self.high = high_of(self._order_maps, mapped.orders_buf, mapped.meta.get("orders"))
+
+    @property
+    def orders(self) -> list[int]:
+        """The n-gram orders this cache holds: [2] (llama.cpp's static cache), or 2 and its higher orders."""
+        return [2, *sorted(self._order_maps)]
 
     @property
     def name(self) -> str:
@@ -103,9 +111,10 @@ class StaticCache:
         return cache
 
     @classmethod
-    def from_table(cls, table: StaticTable, meta: dict | None = None) -> "StaticCache":
-        """An in-memory cache (the constmap is built here, O(n)): for tests and the legacy format."""
-        return cls(formats.in_memory(table, meta))
+    def from_table(cls, table: StaticTable, meta: dict | None = None, high=None) -> "StaticCache":
+        """An in-memory cache (the maps are built here, O(n)): for tests and the legacy format. `high`: a
+        formats.orders.HighOrders of higher orders to hold too."""
+        return cls(formats.in_memory(table, meta, high=high))
 
     def check_vocab(self, expect) -> None:
         """Refuse use with another vocabulary than the one the cache was built with.
@@ -140,6 +149,7 @@ class StaticCache:
     def close(self) -> None:
         """Drop the views and unmap (if views handed out are still alive, the mapping goes with the last one)."""
         self.pairs = self.cmap = self._keys = self._key_views = self._layout = self._args = self._cmap_loc = None
+        self.high, self._order_maps = no_high(), {}
         if self._mm is not None:
             unmap(self._mm)
             self._mm = None
@@ -283,6 +293,12 @@ class StaticCache:
         if not vmap.checksum_ok(buf, offset, self.cmap.nbytes):
             raise FormatError(f"{self.name}: the constmap's FNV-1a checksum does not match (the file is corrupted)")
         checks.append("constmap FNV-1a checksum")
+        for n, cmap in sorted(self._order_maps.items()):
+            words = self.high.words
+            start = cmap.data.__array_interface__["data"][0] - words.__array_interface__["data"][0] - vmap.HEADER_SIZE
+            if not vmap.checksum_ok(words.view(np.uint8), start, cmap.nbytes):
+                raise FormatError(f"{self.name}: the order-{n} map's FNV-1a checksum does not match (the file is corrupted)")
+            checks.append(f"order-{n} map FNV-1a checksum")
         self._check_pairs()
         checks.append("follower tokens >= 0 (and < n_vocab), counts > 0")
         keys, offsets = self.layout()

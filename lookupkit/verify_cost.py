@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import FormatError, InputError
-from ..files import atomic_writer, open_input
+from .errors import FormatError, InputError
+from .files import atomic_writer, open_input
 
 FORMAT = "lookupkit-verify-cost-1"
 REPORTED_COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the constant costs every replay reports S(C) at
@@ -51,6 +51,23 @@ class VerifyCost:
                              f"k = {max(self.curve)}; calibrate with --max-k {missing[-1]}")
         table = np.array([self.curve.get(k, np.nan) for k in range(max(self.curve) + 1)])
         return table[d]
+
+    def at(self, k: int) -> float:
+        """The cost of verifying 1 + k tokens, relative to 1 (inf past a measured curve)."""
+        if self.constant is not None:
+            return 1.0 + self.constant * k
+        return float(self.curve.get(k, math.inf))
+
+    @classmethod
+    def of(cls, value) -> "VerifyCost":
+        """A VerifyCost from itself, a number, or the text of `--verify-cost` (a number or a curve file)."""
+        if isinstance(value, VerifyCost):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return cls(constant=float(value))
+        if isinstance(value, (str, os.PathLike)):
+            return cls.parse(os.fspath(value))
+        raise InputError(f"a verify cost is a number, a calibration file or a VerifyCost, got {value!r}")
 
     def describe(self):
         return self.constant if self.constant is not None else f"curve {self.source}"

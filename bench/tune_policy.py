@@ -1,0 +1,51 @@
+"""Learn the policy's confidence tables on held-out text: `python -m lookupkit.bench.tune_policy`.
+
+The bundled default (lookupkit/data/policy-default.json) was learnt with
+
+    python -m lookupkit.bench.tune_policy --cache wiki100-orders.lkc --tokens wiki541.qwen2.i32 \\
+        --slice 60000000:400000 -o lookupkit/data/policy-default.json
+
+where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of
+../shared/corpora/wiki541.txt.zst (qwen2) and the slice (tokens 60,000,000 .. 60,400,000 of the whole
+corpus's ids, about bytes 265-267 MB) lies outside those 100 MB: the tables never see text their cache
+was built from, and never the WikiText-103 test split every evaluation replays (the corpus excludes
+its articles). `about` in the JSON records all of this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from .. import StaticCache
+from ..corpora import read_token_file
+from ..draft import confidence
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", required=True, type=Path, help="static cache (with --orders) the tables are learnt with")
+    ap.add_argument("--tokens", required=True, type=Path, help="held-out token ids (.i32 or .npy)")
+    ap.add_argument("--slice", default=None, help="START:COUNT of --tokens to use (default: all)")
+    ap.add_argument("-c", "--ctx-size", type=int, default=4096, help="replay chunk size (lookup-stats' -c)")
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    a = ap.parse_args(argv)
+    ids = read_token_file(a.tokens)
+    if a.slice:
+        start, count = (int(x) for x in a.slice.split(":"))
+        ids = ids[start:start + count]
+    with StaticCache.open(a.cache) as cache:
+        tables = confidence.learn(ids, a.ctx_size, static=cache)
+        about = {"cache": a.cache.name, "cache_orders": cache.orders, "cache_corpus": cache.meta.get("corpus"),
+                 "orders_params": cache.meta.get("orders"), "tokens": a.tokens.name, "slice": a.slice,
+                 "n_tokens": int(len(ids)), "sha256_of_ids": hashlib.sha256(np.ascontiguousarray(ids).data).hexdigest(),
+                 "n_ctx": a.ctx_size, "method": "first half: per-source tables; second half: agreement table"}
+    confidence.save(tables, a.output, about)
+    print(f"wrote {a.output}: learnt on {len(ids):,} held-out tokens with {a.cache.name} (orders {about['cache_orders']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Writing a table that is on disk in parts (`counts.runs.Part`), with bounded memory, byte-identical
+to `lkc.write_file` / `ggngcmap.write_file` of the same table in memory.
+
+The pairs are copied part by part into the output and hashed as they go; only the 2-gram keys
+(8 B per 2-gram) and the constmap being built (`vmap_build`, ~22 B per 2-gram) are held. The header's
+statistics come from the merge's running totals (`stream_stats`), its section hashes are filled in
+after the sections are written (a sha256 is always 64 hex digits, so the header keeps its length and
+every offset stays where it was computed). Formats that compress or re-order (lkc.zst, llama) are
+written through an in-memory StaticTable by their own writers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+
+import numpy as np
+
+from .._version import __version__
+from ..counts.stream_stats import stats_from_hist
+from ..counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
+from ..errors import FormatError, InputError, LookupkitWarning
+from ..files import atomic_writer
+from . import BY_NAME, ggngcmap, lkc, vmap_build
+
+STREAMED = ("lkc", "ggngcmap")
+VERSION = 1  # as lkc.write_file writes a file without higher orders
+CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22  # keys, values, builder (output + stack)
+
+
+def parts_hist(parts) -> np.ndarray:
+    width = max(len(p.hist) for p in parts)
+    hist = np.zeros(width, np.int64)
+    for p in parts:
+        hist[:len(p.hist)] += p.hist
+    return hist
+
+
+def _keys_and_spans(parts) -> tuple[np.ndarray, np.ndarray]:
+    n_keys = sum(p.n_keys for p in parts)
+    keys = np.empty((n_keys, 2), np.int32)
+    lens = np.empty(n_keys, np.int64)
+    at = 0
+    for p in parts:
+        for k in p.arrays("keys", "<i4", 2):
+            keys[at:at + len(k)] = k
+            at += len(k)
+    at = 0
+    for p in parts:
+        for ln in p.arrays("lens", "<u4", 1):
+            lens[at:at + len(ln)] = ln
+            at += len(ln)
+    if n_keys and int(lens.max()) > MAX_FOLLOWERS:
+        raise FormatError(f"a 2-gram has {int(lens.max())} followers; the format allows {MAX_FOLLOWERS}")
+    if sum(p.n_pairs for p in parts) >= MAX_OFFSET:
+        raise FormatError("the pairs exceed the format's 2^40 positions")
+    offsets = np.cumsum(lens) - lens
+    spans = (offsets.astype(np.uint64) << np.uint64(SPAN_BITS)) | lens.astype(np.uint64)
+    return keys, spans
+
+
+def _constmap(keys: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    out = np.empty(vmap_build.nbytes_for(len(keys)), np.uint8)
+    vmap_build.build_into(keys, spans, out)
+    return out
+
+
+def to_table(parts) -> StaticTable:
+    """The parts as one in-memory StaticTable (for the formats written by their own writers)."""
+    keys, spans = _keys_and_spans(parts)
+    lens = (spans & np.uint64((1 << SPAN_BITS) - 1)).astype(np.int64)
+    offsets = np.zeros(len(keys) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    pairs = np.concatenate([a for p in parts for a in p.arrays("pairs", "<i4", 2)] or [np.empty((0, 2), np.int32)])
+    return StaticTable(keys, offsets, pairs)
+
+
+def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = None, keys: bool = True,
+                orders=None) -> str:
+    """Write the table in `parts` (ordered, disjoint key ranges) to `path` atomically in format `fmt`;
+    `orders` (formats.orders.HighOrders, lkc only) adds the higher-order sections."""
+    if orders is not None and fmt != "lkc":
+        raise InputError(f"higher orders (--orders) are stored in .lkc files only, not {fmt}")
+    if fmt not in STREAMED:
+        table = to_table(parts)
+        with atomic_writer(path) as f:
+            BY_NAME[fmt].write(f, table, meta, keys)
+        return fmt
+    with atomic_writer(path) as f:
+        if fmt == "ggngcmap":
+            k, spans = _keys_and_spans(parts)
+            cmap = _constmap(k, spans)
+            del k, spans
+            f.write(ggngcmap.HEADER.pack(ggngcmap.MAGIC, sum(p.n_pairs for p in parts), len(cmap)))
+            for p in parts:
+                for a in p.arrays("pairs", "<i4", 2):
+                    f.write(a.data)
+            f.write(cmap.data)
+        else:
+            _write_lkc(f, parts, meta or {}, keys, orders)
+    return fmt
+
+
+def _check_meta(meta: dict, max_id: int) -> dict:
+    vocab = meta.get("vocab")
+    if vocab is not None:
+        if not isinstance(vocab, dict):
+            raise InputError("meta['vocab'] must be a dict with name, n_vocab and fingerprint")
+        n_vocab = vocab.get("n_vocab")
+        if n_vocab is not None:
+            if not isinstance(n_vocab, int) or isinstance(n_vocab, bool) or n_vocab <= 0:
+                raise InputError(f"meta['vocab']['n_vocab'] must be a positive integer, got {n_vocab!r}")
+            if max_id >= n_vocab:
+                raise InputError(f"the table holds token id {max_id}, outside the vocabulary of {n_vocab} tokens")
+        if vocab.get("fingerprint") is not None and not isinstance(vocab["fingerprint"], str):
+            raise InputError("meta['vocab']['fingerprint'] must be a string")
+    return {"vocab": vocab, "corpus": meta.get("corpus"), "build": meta.get("build") or {}}
+
+
+def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
+    meta = _check_meta(meta, max((p.max_id for p in parts), default=-1))
+    k, spans = _keys_and_spans(parts)
+    cmap = _constmap(k, spans)
+    del spans
+    n_pairs = sum(p.n_pairs for p in parts)
+    arrays = {"pairs": None, "constmap": cmap}
+    if keys and lkc._dense_index_bytes(k) > max(lkc.MAX_KEY_INDEX, 8 * len(k)):
+        warnings.warn(LookupkitWarning(
+            f"2-grams start with token ids up to {int(k[:, 0].max()):,}: the key index would take "
+            f"{lkc._dense_index_bytes(k):,} bytes, so the keys are left out of the file (it drafts the "
+            f"same; listing and converting it need the keys recovered from its constmap)"), stacklevel=3)
+        keys = False
+    if keys:
+        arrays.update(lkc.key_sections(k))
+    del k
+    version = VERSION
+    if orders is not None:  # as lkc.write_file: order sections after the keys, version 2
+        arrays.update(orders.sections())
+        meta = {**meta, "orders": orders.header()}
+        version = 2
+    shapes = {name: list(a.shape) for name, a in arrays.items() if a is not None}
+    shapes["pairs"] = [n_pairs, 2]
+    lengths = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
+    lengths["pairs"] = 8 * n_pairs
+    stats = stats_from_hist(parts_hist(parts), sum(p.count_sum for p in parts),
+                            max((p.count_max for p in parts), default=0), sum(p.count_ones for p in parts))
+    sections = {name: {"offset": 0, "length": lengths[name], "dtype": lkc._spec(name)[0], "shape": shapes[name],
+                       "sha256": "0" * 64} for name in arrays}
+    header = {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": lkc.ALIGN,
+              "sections": sections, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
+    try:
+        json.dumps(header, default=lkc._json_default)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"metadata cannot be stored as JSON: {exc}") from None
+    names = list(arrays)
+    for _ in range(8):  # as lkc.write_file: offsets depend on the header's length
+        blob = _blob(header)
+        pos, moved = lkc._align(lkc.PREAMBLE.size + len(blob)), False
+        for name in names:
+            moved |= sections[name]["offset"] != pos
+            sections[name]["offset"] = pos
+            pos += lengths[name]
+            pos = pos if name == names[-1] else lkc._align(pos)
+        if not moved:
+            break
+    else:
+        raise AssertionError("section offsets did not converge")
+    size = pos
+    f.write(b"\0" * sections["pairs"]["offset"])  # preamble and header come last
+    digest = hashlib.sha256()
+    for p in parts:
+        for a in p.arrays("pairs", "<i4", 2):
+            digest.update(a.data)
+            f.write(a.data)
+    sections["pairs"]["sha256"] = digest.hexdigest()
+    written = sections["pairs"]["offset"] + lengths["pairs"]
+    for name in names[1:]:
+        raw = np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8)
+        f.write(b"\0" * (sections[name]["offset"] - written))
+        f.write(raw.data)
+        sections[name]["sha256"] = hashlib.sha256(raw).hexdigest()
+        written = sections[name]["offset"] + lengths[name]
+    final = _blob(header)
+    assert len(final) == len(blob)
+    f.seek(0)
+    f.write(lkc.PREAMBLE.pack(lkc.MAGIC, version, lkc.BYTE_ORDER_MARK, len(final),
+                              hashlib.sha256(final).digest(), size))
+    f.write(final)
+    f.seek(0, os.SEEK_END)
+
+
+def _blob(header: dict) -> bytes:
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False, default=lkc._json_default).encode()

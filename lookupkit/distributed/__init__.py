@@ -1,0 +1,1 @@
+"""Distributed builds (Ray)."""

@@ -1,0 +1,247 @@
+"""The lookupkit policy, compiled: draft a token only while its expected acceptance pays for verifying it.
+
+llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on WikiText-103 its context
+4-gram drafts 63 % of all tokens at 6.1 % acceptance, and a badly drafted token costs a verified
+position. Here every source proposes its candidate for the next token — the context and dynamic caches
+for n = 1..4 (top follower, share, total), the static 2-gram and the static cache's higher orders
+(counts.orders) — and a confidence table (draft.confidence, learnt on held-out data) turns each
+candidate's evidence (source and order, share bin, total bin) into P(accepted). The most probable
+candidate is drafted as long as the draft's expected yield per unit of verify cost grows:
+
+    draft token k+1  iff  (E_k + P_{k+1}) / cost[k+1]  >  E_k / cost[k],
+
+where P_{k+1} is the probability that tokens 1..k+1 are all accepted (the product of their confidences,
+each estimated given the ones before were right, as the sequence then equals the truth),
+E_k = 1 + P_1 + ... + P_k the expected tokens of a call, and cost[k] the cost of verifying 1 + k tokens
+(1 + C k, or a curve measured by `lookupkit calibrate`). A call that drafts nothing costs 1 step and
+yields 1 token, exactly plain decoding: declining is free.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from ..counts.flat import BEST, MAXC, TOTAL, find_hashed, hash_key, kernel
+from ..errors import InputError
+from ..counts.match_index import longest_match, new_index
+from ..counts.orders import hash_final, hash_start, hash_step
+from ..formats.vmap import NOT_FOUND, lookup_in
+from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC
+from ..static.high import High, no_high
+from ..static.lookup import span_of
+from .fast import memo_slot
+
+# Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,
+# and the longest earlier match in the sequence (its length m in the share-bin axis).
+SRC_DYNAMIC = NGRAM_MAX
+SRC_STATIC = 2 * NGRAM_MAX  # the static 2-gram; order n at SRC_STATIC + n - 2
+SRC_MATCH = SRC_STATIC + MAX_STATIC_ORDER - 1
+N_SOURCES = SRC_MATCH + 1
+SHARE_BINS = 20
+TOTAL_BINS = 12  # total 1, 2-3, 4-7, ..., >= 2^11
+POLICIES = ("llama.cpp", "lookupkit")
+DEFAULT_COST = 0.1  # the verify cost per drafted token assumed when none is given (measure yours: calibrate)
+P_BINS = 40  # the best candidate's table probability, in bins of 2.5 %
+AGREE_MAX = 8  # the best other source proposing the same token: 0 = none, else 1 + its probability in 8 bins
+
+Policy = namedtuple("Policy", "on table agree cost high cand index")
+Policy.__doc__ = """What a compiled loop needs to draft with the policy: on (1, or 0 for llama.cpp's rule);
+table (N_SOURCES, SHARE_BINS, TOTAL_BINS) float64 P(accepted) per evidence bin; agree (P_BINS, AGREE_MAX
++ 1) float64: P(accepted) of the most probable candidate by its table bin and by the table probability
+of the best other source proposing the same token (bin 0: none does); cost float64,
+cost[k] = cost of verifying 1 + k tokens relative to 1 (k = 0..n_draft, inf past a measured curve);
+high: the static cache's higher orders; cand: (N_SOURCES, 3) int64 scratch; index: the sequence's
+counts.match_index (state, like the context cache: the owner keeps it in step and grows it)."""
+
+
+def check_policy(name: str) -> str:
+    if name not in POLICIES:
+        raise InputError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
+    return name
+
+
+def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None) -> Policy:
+    """A Policy for drafts of at most n_draft tokens from (table, agree) (draft.confidence); cost_of(k) =
+    cost of verifying 1 + k tokens."""
+    cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
+    table, agree = tables
+    return Policy(np.int64(1), np.ascontiguousarray(table, np.float64), np.ascontiguousarray(agree, np.float64), cost,
+                  high if high is not None else no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index())
+
+
+def llama_rule() -> Policy:
+    """The stand-in that makes the compiled loops draft with llama.cpp's rule instead."""
+    return Policy(np.int64(0), np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
+                  np.ones(1), no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(1))
+
+
+@kernel
+def share_bin(count, total):
+    return min(SHARE_BINS - 1, (count * SHARE_BINS) // total)
+
+
+@kernel
+def total_bin(total):
+    b = 0
+    while total > 1 and b < TOTAL_BINS - 1:
+        total >>= 1
+        b += 1
+    return b
+
+
+@kernel
+def _get(seq, n_seq, drafted, d0, j):
+    return seq[j] if j < n_seq else drafted[d0 + j - n_seq]
+
+
+@kernel
+def _flat(c, seq, n_seq, drafted, d0, length, n, out, src):
+    """The cache's candidate for the n-gram ending at `length`: out[src] = token, share bin, total bin."""
+    out[src, 0] = -1
+    if length - n < 0:
+        return
+    b = length - n
+    k0 = _get(seq, n_seq, drafted, d0, b)
+    k1 = _get(seq, n_seq, drafted, d0, b + 1) if n >= 2 else -1
+    k2 = _get(seq, n_seq, drafted, d0, b + 2) if n >= 3 else -1
+    k3 = _get(seq, n_seq, drafted, d0, b + 3) if n >= 4 else -1
+    e = find_hashed(c, hash_key(k0, k1, k2, k3), k0, k1, k2, k3)
+    if e >= 0 and c.ent[e, TOTAL] > 0:
+        out[src, 0] = c.ent[e, BEST]
+        out[src, 1] = share_bin(c.ent[e, MAXC], c.ent[e, TOTAL])
+        out[src, 2] = total_bin(c.ent[e, TOTAL])
+
+
+@kernel
+def _static2(st, memo, t0, t1, out):
+    """The static 2-gram's top follower (smallest id on ties), memoised: (token, count, total)."""
+    out[SRC_STATIC, 0] = -1
+    if st.data.shape[0] == 0:
+        return
+    key = ((np.int64(np.uint32(t0)) << 32) | np.int64(np.uint32(t1))) + 1
+    i = memo_slot(memo, key)
+    if memo.table[i, 0] != key:
+        off, n = span_of(t0, t1, st.params[0], st.params[1], st.params[2], st.data, st.checks, st.params[3])
+        best_tok, best, total = np.int64(-1), np.int64(0), np.int64(0)
+        for j in range(off, off + max(n, 0)):
+            cnt = np.int64(st.pairs[j, 1])
+            if cnt > best:  # runs ascend by token: strict > keeps the smallest id
+                best_tok, best = np.int64(st.pairs[j, 0]), cnt
+            total += cnt
+        if 2 * memo.n[0] >= len(memo.table):  # full until Python grows it: answer without memoising
+            if total > 0:
+                out[SRC_STATIC, 0], out[SRC_STATIC, 1], out[SRC_STATIC, 2] = best_tok, share_bin(best, total), total_bin(total)
+            return
+        memo.table[i, 0], memo.table[i, 1], memo.table[i, 2], memo.table[i, 3] = key, best_tok, best, total
+        memo.n[0] += 1
+    if memo.table[i, 3] > 0:
+        out[SRC_STATIC, 0] = memo.table[i, 1]
+        out[SRC_STATIC, 1] = share_bin(memo.table[i, 2], memo.table[i, 3])
+        out[SRC_STATIC, 2] = total_bin(memo.table[i, 3])
+
+
+@kernel
+def _high(high, seq, n_seq, drafted, d0, length, out):
+    """The stored higher orders' candidates for the n-grams ending at `length`, shortest order first,
+    stopping at the first order that has none: an n-gram seen fewer than min_total times cannot have a
+    longer context seen more often, so the lookups left would mostly miss (test-set hit rates at 541 MB:
+    n = 3 70 %, 4 42 %, 5 24 %, 6 14 %; the stop saves ~40 % of the lookups)."""
+    for r in range(high.params.shape[0]):
+        out[SRC_STATIC + np.int64(high.params[r, 0]) - 2, 0] = -1
+    for r in range(high.params.shape[0]):
+        n = np.int64(high.params[r, 0])
+        if length - n < 0:
+            return
+        h = hash_start(n)
+        for j in range(length - n, length):
+            h = hash_step(h, _get(seq, n_seq, drafted, d0, j))
+        key = hash_final(h) >> np.uint64(high.fbits)
+        v = lookup_in(np.int32(np.uint32(key & np.uint64(0xFFFFFFFF))), np.int32(np.uint32(key >> np.uint64(32))),
+                      high.params[r, 1], high.params[r, 2], high.params[r, 3], high.words, high.params[r, 4],
+                      high.params[r, 5])
+        if v == NOT_FOUND:
+            return
+        src = SRC_STATIC + n - 2
+        out[src, 0] = np.int64(v >> np.uint64(32))
+        total = np.int64((v >> np.uint64(16)) & np.uint64(0xFFFF))
+        share = np.int64(v & np.uint64(0xFFFF))
+        out[src, 1] = min(SHARE_BINS - 1, (share * SHARE_BINS) // 0xFFFF)
+        out[src, 2] = total_bin(total)
+
+
+@kernel
+def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, out):
+    """Every source's candidate after seq[:n_seq] + drafted[d0:d0+k]: out (N_SOURCES, 3) rows of token
+    (-1 = none), share bin, total bin."""
+    length = n_seq + k
+    for n in range(1, NGRAM_MAX + 1):
+        _flat(ctx, seq, n_seq, drafted, d0, length, n, out, n - 1)
+        _flat(dyn, seq, n_seq, drafted, d0, length, n, out, SRC_DYNAMIC + n - 1)
+    if length >= 2:
+        _static2(st, memo, _get(seq, n_seq, drafted, d0, length - 2), _get(seq, n_seq, drafted, d0, length - 1), out)
+    else:
+        out[SRC_STATIC, 0] = -1
+    for src in range(SRC_STATIC + 1, N_SOURCES):
+        out[src, 0] = -1
+    _high(high, seq, n_seq, drafted, d0, length, out)
+    tok, m = longest_match(index, seq, n_seq, drafted, d0, length)
+    if tok >= 0:
+        out[SRC_MATCH, 0], out[SRC_MATCH, 1], out[SRC_MATCH, 2] = tok, min(SHARE_BINS - 1, m), 0
+
+
+@kernel
+def source_code(src):
+    """The trace's source code (rules.SOURCE_NAMES) of a table source: context n and dynamic n are
+    rules.context_code(n) = n and rules.dynamic_code(n) = 4 + n, i.e. src + 1; static n is STATIC for
+    n = 2, else 20 + n (tests/test_policy.py checks these against rules)."""
+    if src < SRC_STATIC:
+        return src + 1
+    if src == SRC_MATCH:
+        return LONGEST_MATCH
+    return STATIC if src == SRC_STATIC else 20 + src - SRC_STATIC + 2
+
+
+@kernel
+def choose(pol, cand):
+    """The most probable candidate (smallest id on ties): (token, table source, its probability bin, the
+    agreement bin: 0 if no other source proposes that token, else 1 + the best such source's probability
+    in AGREE_MAX bins); token -1 if no source has one."""
+    best_p, best_tok, best_src = -1.0, np.int64(-1), 0
+    for src in range(N_SOURCES):
+        tok = cand[src, 0]
+        if tok >= 0:
+            p = pol.table[src, cand[src, 1], cand[src, 2]]
+            if p > best_p or (p == best_p and tok < best_tok):
+                best_p, best_tok, best_src = p, tok, src
+    second = -1.0
+    for src in range(N_SOURCES):
+        if src != best_src and cand[src, 0] == best_tok:
+            second = max(second, pol.table[src, cand[src, 1], cand[src, 2]])
+    agree = 0 if second < 0 else 1 + min(AGREE_MAX - 1, np.int64(second * AGREE_MAX))
+    return best_tok, best_src, min(P_BINS - 1, np.int64(best_p * P_BINS)), agree
+
+
+@kernel
+def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources, d0):
+    """Draft after seq[:n_seq] into drafted[d0:], sources[d0:] while it pays (module docstring); returns
+    how many."""
+    if n_seq < 1:
+        return 0
+    k = 0
+    p_all, expected = 1.0, 1.0
+    cand = pol.cand
+    while k < n_draft:
+        candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, cand)
+        best_tok, best_src, p_bin, agree = choose(pol, cand)
+        if best_tok < 0:
+            break
+        p_next = p_all * pol.agree[p_bin, agree]
+        if not (expected + p_next) * pol.cost[k] > expected * pol.cost[k + 1]:
+            break
+        drafted[d0 + k] = best_tok
+        sources[d0 + k] = source_code(best_src)
+        p_all, expected = p_next, expected + p_next
+        k += 1
+    return k

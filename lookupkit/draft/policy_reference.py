@@ -1,0 +1,86 @@
+"""The lookupkit policy written plainly: the spec the compiled draft.policy is tested against, draft for draft.
+
+Caches are the readable ones (counts.dict_cache.NgramCache for context and dynamic, anything with
+`.find(t0, t1)` for the static 2-grams) and the higher orders a dict {n: {n-gram tuple: (top follower,
+total, share)}} as counts.orders keeps them (total saturated at 65535, share in 1/65535 units).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..rules import NGRAM_MAX
+from ..counts.match_index import MATCH_LENGTHS
+from .policy import AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_MATCH, SRC_STATIC, TOTAL_BINS
+
+
+def _bins(count: int, total: int) -> tuple[int, int]:
+    return min(SHARE_BINS - 1, count * SHARE_BINS // total), min(TOTAL_BINS - 1, max(total, 1).bit_length() - 1)
+
+
+def _top(part: dict[int, int]) -> tuple[int, int, int]:
+    """(token, count, total) of a follower dict: the largest count, smallest id on ties."""
+    tok = min(part, key=lambda t: (-part[t], t))
+    return tok, part[tok], sum(part.values())
+
+
+def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = None) -> dict[int, tuple[int, int, int]]:
+    """{table source: (token, share bin, total bin)} for the next token after `s`, whose first n_real
+    tokens are the real sequence (the rest drafted)."""
+    n_real = len(s) if n_real is None else n_real
+    out = {}
+    for n in range(1, NGRAM_MAX + 1):
+        if len(s) >= n:
+            for base, cache in ((0, ctx), (SRC_DYNAMIC, dyn)):
+                part = cache.get(tuple(s[len(s) - n:])) if cache is not None else None
+                if part:
+                    tok, cnt, total = _top(part)
+                    out[base + n - 1] = (tok, *_bins(cnt, total))
+    if static is not None and len(s) >= 2:
+        toks, counts = static.find(s[-2], s[-1])
+        if len(toks):
+            tok, cnt, total = _top(dict(zip(map(int, toks), map(int, counts))))
+            out[SRC_STATIC] = (tok, *_bins(cnt, total))
+    for n, kept in sorted(high.items()):  # shortest first, stopping at the first order without the n-gram
+        if len(s) < n or tuple(s[len(s) - n:]) not in kept:
+            break
+        tok, total, share = kept[tuple(s[len(s) - n:])]
+        out[SRC_STATIC + n - 2] = (tok, min(SHARE_BINS - 1, share * SHARE_BINS // 0xFFFF), _bins(1, total)[1])
+    for m in MATCH_LENGTHS.tolist():  # longest first; matches end in the real sequence, followed by a real token
+        hit = next((e for e in range(n_real - 2, m - 2, -1) if len(s) >= m and s[e - m + 1:e + 1] == s[len(s) - m:]), None)
+        if hit is not None:
+            out[SRC_MATCH] = (s[hit + 1], min(SHARE_BINS - 1, m), 0)
+            break
+    return out
+
+
+def choose(cands: dict, table: np.ndarray) -> tuple[int, int, int]:
+    """(token, probability bin, agreement bin) of the most probable candidate (smallest id on ties)."""
+    scored = [(table[src, sb, tb], -tok, -src) for src, (tok, sb, tb) in cands.items()]
+    p, neg_tok, neg_src = max(scored)
+    src = -neg_src
+    others = [table[o, sb, tb] for o, (tok, sb, tb) in cands.items() if o != src and tok == -neg_tok]
+    agree = 0 if not others else 1 + min(AGREE_MAX - 1, int(max(others) * AGREE_MAX))
+    return -neg_tok, min(P_BINS - 1, int(p * P_BINS)), agree
+
+
+def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
+                           cost: Sequence[float]) -> list[int]:
+    """Draft after `seq` while (E + P_next) / cost[k+1] > E / cost[k] (draft.policy's docstring)."""
+    table, agree = tables
+    s, out = [int(t) for t in seq], []
+    p_all, expected = 1.0, 1.0
+    while len(out) < n_draft and s:
+        cands = candidates(s + out, ctx, dyn, static, high, len(s))
+        if not cands:
+            break
+        tok, p_bin, n_agree = choose(cands, table)
+        p_next = p_all * agree[p_bin, n_agree]
+        k = len(out)
+        if not (expected + p_next) * cost[k] > expected * cost[k + 1]:
+            break
+        out.append(tok)
+        p_all, expected = p_next, expected + p_next
+    return out
