@@ -91,9 +91,9 @@ def demo(
         rows[label] = {**trace.summary(), **expected_speedup(trace, VERIFY_COST)}
     say(f"\nreplay of lookupkit's own source as if a model were writing it ({len(ids):,} tokens; llama.cpp's "
         f"lookup-stats loop, -c {n_ctx}, up to {n_draft} drafted tokens per verify call):")
-    say(f"  {'':22} {'drafted':>9} {'accepted':>9} {'accept %':>9} {'tok/verify':>10} {'speed-up':>9} {'µs/token':>9}")
+    say(f"  {'':26} {'drafted':>9} {'accepted':>9} {'accept %':>9} {'tok/verify':>10} {'speed-up':>9} {'µs/token':>9}")
     for label, s in rows.items():
-        say(f"  {label:22} {s['n_drafted']:>9,} {s['n_accept']:>9,} {s['accept'] or 0:>9.1f} "
+        say(f"  {label:26} {s['n_drafted']:>9,} {s['n_accept']:>9,} {s['accept'] or 0:>9.1f} "
             f"{s['tokens_per_verify']:>10.3f} {s['speedup']:>8.3f}x {s['us_per_drafted_token'] or 0:>9.3f}")
     for line in LEGEND:
         say(line)

@@ -233,6 +233,8 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
     p_all, expected = 1.0, 1.0
     cand = pol.cand
     while k < n_draft:
+        if not (expected + p_all) * pol.cost[k] > expected * pol.cost[k + 1]:
+            break  # even a certain next token would not pay: no candidate needs computing
         candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, cand)
         best_tok, best_src, p_bin, agree = choose(pol, cand)
         if best_tok < 0:
