@@ -75,8 +75,9 @@ def keys_from_sections(t0_offsets: np.ndarray, t1: np.ndarray, name: str) -> np.
     return np.column_stack([t0, t1]).astype(np.int32, copy=False)
 
 
-def check_meta(meta: dict, table: StaticTable) -> dict:
-    """The caller's vocab/corpus/build metadata, checked just enough that readers can rely on it."""
+def check_meta(meta: dict, max_id: int) -> dict:
+    """The caller's vocab/corpus/build metadata, checked just enough that readers can rely on it
+    (`max_id`: the largest token id the table holds, -1 if none)."""
     vocab = meta.get("vocab")
     if vocab is not None:
         if not isinstance(vocab, dict):
@@ -85,13 +86,15 @@ def check_meta(meta: dict, table: StaticTable) -> dict:
         if n_vocab is not None:
             if not isinstance(n_vocab, int) or isinstance(n_vocab, bool) or n_vocab <= 0:
                 raise InputError(f"meta['vocab']['n_vocab'] must be a positive integer, got {n_vocab!r}")
-            top = max(int(table.keys.max()) if table.n_keys else -1,
-                      int(table.pairs[:, 0].max()) if table.n_pairs else -1)
-            if top >= n_vocab:
-                raise InputError(f"the table holds token id {top}, outside the vocabulary of {n_vocab} tokens")
+            if max_id >= n_vocab:
+                raise InputError(f"the table holds token id {max_id}, outside the vocabulary of {n_vocab} tokens")
         if vocab.get("fingerprint") is not None and not isinstance(vocab["fingerprint"], str):
             raise InputError("meta['vocab']['fingerprint'] must be a string")
     return {"vocab": vocab, "corpus": meta.get("corpus"), "build": meta.get("build") or {}}
+
+
+def _max_id(table: StaticTable) -> int:
+    return max(int(table.keys.max()) if table.n_keys else -1, int(table.pairs[:, 0].max()) if table.n_pairs else -1)
 
 
 def _raw(a: np.ndarray) -> np.ndarray:
@@ -113,7 +116,7 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
                orders: HighOrders | None = None) -> dict:
     """Write `table` (and `orders`, the higher orders, if any) as a .lkc file to the binary stream `f`
     (sequentially); returns the header."""
-    meta = check_meta(meta or {}, table)
+    meta = check_meta(meta or {}, _max_id(table))
     version = 2 if orders is not None else 1
     cmap = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
@@ -340,7 +343,7 @@ def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memor
     pairs.flags.writeable = False
     keys = np.ascontiguousarray(table.keys, dtype=np.int32).reshape(-1, 2)
     cmap = vmap.parse_in(buf, 0, len(buf), "in-memory cache")
-    meta = {**(meta or {}), **check_meta(meta or {}, table)}
+    meta = {**(meta or {}), **check_meta(meta or {}, _max_id(table))}
     maps = {}
     if high is not None:
         meta["orders"] = high.header()

@@ -3,7 +3,7 @@ to `lkc.write_file` / `ggngcmap.write_file` of the same table in memory.
 
 The pairs are copied part by part into the output and hashed as they go; only the 2-gram keys
 (8 B per 2-gram) and the constmap being built (`vmap_build`, ~22 B per 2-gram) are held. The header's
-statistics come from the merge's running totals (`stream_stats`), its section hashes are filled in
+statistics come from the merge's running totals (`follower_stats.stats_from_hist`), its section hashes are filled in
 after the sections are written (a sha256 is always 64 hex digits, so the header keeps its length and
 every offset stays where it was computed). Formats that compress or re-order (lkc.zst, llama) are
 written through an in-memory StaticTable by their own writers.
@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from .._version import __version__
-from ..counts.stream_stats import stats_from_hist
+from ..counts.follower_stats import stats_from_hist
 from ..counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
 from ..errors import FormatError, InputError, LookupkitWarning
 from ..files import atomic_writer
@@ -103,24 +103,8 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
     return fmt
 
 
-def _check_meta(meta: dict, max_id: int) -> dict:
-    vocab = meta.get("vocab")
-    if vocab is not None:
-        if not isinstance(vocab, dict):
-            raise InputError("meta['vocab'] must be a dict with name, n_vocab and fingerprint")
-        n_vocab = vocab.get("n_vocab")
-        if n_vocab is not None:
-            if not isinstance(n_vocab, int) or isinstance(n_vocab, bool) or n_vocab <= 0:
-                raise InputError(f"meta['vocab']['n_vocab'] must be a positive integer, got {n_vocab!r}")
-            if max_id >= n_vocab:
-                raise InputError(f"the table holds token id {max_id}, outside the vocabulary of {n_vocab} tokens")
-        if vocab.get("fingerprint") is not None and not isinstance(vocab["fingerprint"], str):
-            raise InputError("meta['vocab']['fingerprint'] must be a string")
-    return {"vocab": vocab, "corpus": meta.get("corpus"), "build": meta.get("build") or {}}
-
-
 def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
-    meta = _check_meta(meta, max((p.max_id for p in parts), default=-1))
+    meta = lkc.check_meta(meta, max((p.max_id for p in parts), default=-1))
     k, spans = _keys_and_spans(parts)
     cmap = _constmap(k, spans)
     del spans

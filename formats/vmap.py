@@ -19,6 +19,7 @@ from numba import njit
 
 from ..errors import FormatError
 from . import vmap_build
+from .vmap_build import _fnv1a  # (the builder writes the checksum this verifies)
 
 MAGIC = b"VMAP0001"
 HEADER_SIZE = 32
@@ -165,12 +166,3 @@ def lookup_in(t0, t1, seed, seg_len, seg_count_len, words, data_at, checks_at):
     if (words[checks_at + h0] ^ words[checks_at + h1] ^ words[checks_at + h2]) != (x ^ (x >> np.uint64(32))):
         return NOT_FOUND
     return words[data_at + h0] ^ words[data_at + h1] ^ words[data_at + h2]
-
-
-@njit(cache=True)
-def _fnv1a(raw):
-    h = np.uint64(0xCBF29CE484222325)
-    p = np.uint64(0x100000001B3)
-    for i in range(raw.shape[0]):
-        h = (h ^ np.uint64(raw[i])) * p
-    return h
