@@ -9,7 +9,7 @@ from pathlib import Path
 
 from matplotlib.ticker import FuncFormatter
 
-from .report import MB, Results
+from .report import MB, Results, open_values
 
 COLORS = {"lookupkit": "tab:blue", "llama.cpp": "tab:red"}
 
@@ -55,7 +55,7 @@ def make_plots(results_json: Path, out_dir: Path) -> list[Path]:
 
     def load_ms(impl, s):
         if impl == "lookupkit":
-            return [v * 1e3 for v in res.values("open_warm", impl, s, "open_s")] if s else []
+            return [v * 1e3 for v in open_values(res, "open_warm", s)] if s else []
         return res.values(kind, impl, s, "t_load_ms") if s else []
 
     specs = [

@@ -1,7 +1,9 @@
 """Child-process probes: each measurement runs in a fresh interpreter so RSS and page state are its own.
 
 `python -m lookupkit.bench.startup_probe open PATH --runs N [--cold]` and
-`python -m lookupkit.bench.startup_probe replay TOKENS [--lcs PATH] --ctx C --draft D [--hold]` print one JSON line.
+`python -m lookupkit.bench.startup_probe replay TOKENS [--lcs PATH] --ctx C --draft D [--cold] [--hold]` print one
+JSON line. The study runs each probe in several fresh processes; a cold probe evicts the file from the
+page cache in its own process, and the study reads it back in before the next warm measurement.
 With --hold, the replay probe then prints "ready" and waits for a line on stdin, so a parent can read
 every process's /proc/PID/smaps_rollup while all of them are alive (the sharing measurement).
 """
@@ -27,8 +29,6 @@ def memory() -> dict:
     return out
 
 
-
-
 def evict(path: str) -> None:
     """Drop the file's pages from the page cache (cold open)."""
     fd = os.open(path, os.O_RDONLY)
@@ -40,12 +40,12 @@ def evict(path: str) -> None:
 
 
 def probe_open(path: str, runs: int, cold: bool) -> dict:
+    """This process's first StaticCache.open (the one an engine pays at start, after `import lookupkit`),
+    then `runs` - 1 more opens of the same file (each evicted first when cold)."""
     from .. import StaticCache
 
-    StaticCache.open(path).close()  # import/JIT/first-touch costs are not the open
-    times = []
-    rss_growth = []
-    for _ in range(runs):
+    times, rss_growth = [], []
+    for _ in range(max(runs, 1)):
         if cold:
             evict(path)
         before = memory()["rss"]
@@ -54,16 +54,19 @@ def probe_open(path: str, runs: int, cold: bool) -> dict:
         times.append(time.perf_counter() - t)
         rss_growth.append(memory()["rss"] - before)
         cache.close()
-    return {"open_s": times, "rss_growth": rss_growth}
+    return {"first_open_s": times[0], "first_rss_growth": rss_growth[0], "repeat_open_s": times[1:],
+            "repeat_rss_growth": rss_growth[1:], "cold": cold}
 
 
-def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool) -> dict:
+def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool, cold: bool = False) -> dict:
     from .. import StaticCache
     from ..memory import peak_rss_bytes
     from ..corpora import read_token_file
     from ..replay import replay
 
     ids = read_token_file(tokens)
+    if cold and lcs:
+        evict(lcs)  # the replay reads the static cache from disk as it drafts
     rss_base = memory()["rss"]
     t = time.perf_counter()
     static = StaticCache.open(lcs) if lcs else None
@@ -73,7 +76,7 @@ def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: b
     s = trace.summary()
     result = {k: s[k] for k in ("n_drafted", "n_accept", "accept", "t_draft_ms", "us_per_drafted_token",
                                 "draft_calls", "drafted_steps", "coverage")}
-    result.update(open_s=t_open, rss_base=rss_base, rss_after_open=rss_open, peak_rss=peak_rss_bytes(), **memory())
+    result.update(open_s=t_open, cold=bool(cold and lcs), rss_base=rss_base, rss_after_open=rss_open, peak_rss=peak_rss_bytes(), **memory())
     if hold:
         print(json.dumps(result), flush=True)
         print("ready", flush=True)
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("open")
     o.add_argument("path")
-    o.add_argument("--runs", type=int, default=7)
+    o.add_argument("--runs", type=int, default=3)
     o.add_argument("--cold", action="store_true")
     r = sub.add_parser("replay")
     r.add_argument("tokens")
@@ -95,11 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--ctx", type=int, default=4096)
     r.add_argument("--draft", type=int, default=8)
     r.add_argument("--hold", action="store_true")
+    r.add_argument("--cold", action="store_true", help="evict the static cache from the page cache first")
     a = p.parse_args(argv)
     if a.cmd == "open":
         res = probe_open(a.path, a.runs, a.cold)
     else:
-        res = probe_replay(a.tokens, a.lcs, a.ctx, a.draft, a.hold)
+        res = probe_replay(a.tokens, a.lcs, a.ctx, a.draft, a.hold, a.cold)
     if res:
         print(json.dumps(res), flush=True)
 

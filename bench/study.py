@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import platform
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,9 +22,8 @@ import numpy as np
 from . import llamacpp
 from ..errors import LookupkitError
 from .measure import python_module, run, script
+from .provenance import RESULTS, SHARED, git_state, machine, warm_file
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass
@@ -42,6 +41,7 @@ class StudyConfig:
     share: list[int] = field(default_factory=lambda: [1, 2, 4])
     llamacpp: bool = True
     end_to_end: bool = True
+    startup: bool = True
     workdir: Path = Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench"
     name: str = "full"
     results_dir: Path = RESULTS
@@ -57,27 +57,8 @@ class StudyConfig:
         """Reference data only, token sizes in thousands; well under a minute."""
         kw.setdefault("workdir", cls.workdir / "quick")
         return cls(corpus=SHARED / "reference" / "zipf.corpus.i32", eval_tokens=SHARED / "reference" / "zipf.eval.i32",
-                   vocab=None, sizes=[0, 100, 200], drafts=[8], n_ctx=1024, runs=2, open_runs=5, share=[1, 2],
+                   vocab=None, sizes=[0, 100, 200], drafts=[8], n_ctx=1024, runs=2, open_runs=3, share=[1, 2],
                    end_to_end=False, name="quick", **kw)
-
-
-def machine() -> dict:
-    import numba
-
-    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cores": os.cpu_count(),
-            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
-            "kernel": platform.release()}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 class Study:
@@ -89,7 +70,7 @@ class Study:
         cfg.results_dir.mkdir(parents=True, exist_ok=True)
         self.out = cfg.results_dir / f"{stamp}-{socket.gethostname()}{'' if cfg.name == 'full' else '-' + cfg.name}.json"
         self.data = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-                     "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": []}
+                     "machine": machine(), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": []}
         self.driver = None
         if cfg.llamacpp:
             try:
@@ -116,62 +97,106 @@ class Study:
             np.fromfile(cfg.corpus, dtype="<i4")[: size * 1000].tofile(ids)
             return ids
         if not ids.exists():
-            r = run(script("lookupkit", "tokenize", "-f", str(cfg.corpus), "-m", str(cfg.vocab),
-                           "--max-bytes", f"{size}MB", "--cut", "byte", "-o", str(ids), "--json"))
-            self.record(kind="tokenize", impl="lookupkit", size=size, runs=[_run(r)])
+            cmd = script("lookupkit", "tokenize", "-f", str(cfg.corpus), "-m", str(cfg.vocab),
+                         "--max-bytes", f"{size}MB", "--cut", "byte", "-o", str(ids), "--json")
+            r = run(cmd)
+            self.record(kind="tokenize", impl="lookupkit", size=size, cmd=_cmd(cmd), runs=[_run(r)])
         return ids
 
     def build(self, size: int, ids: Path) -> Path:
         cfg = self.cfg
         lkc = cfg.workdir / f"static-{size}.lkc"
         vocab = ["-m", str(cfg.vocab)] if cfg.vocab else []  # token corpora without a vocab: the bundled default
-        runs = [run(script("lookup-create", "--tokens", str(ids), *vocab, "-lcs", str(lkc), "--json", "--quiet"))
-                for _ in range(cfg.runs)]
-        self.record(kind="build", impl="lookupkit", size=size, file_size=lkc.stat().st_size,
+        cmd = script("lookup-create", "--tokens", str(ids), *vocab, "-lcs", str(lkc), "--json", "--quiet")
+        runs = [run(cmd) for _ in range(cfg.runs)]
+        self.record(kind="build", impl="lookupkit", size=size, file_size=lkc.stat().st_size, cmd=_cmd(cmd),
                     runs=[_build_run(r) for r in runs])
-        r = run(script("lookupkit", "inspect", str(lkc), "--json"))
+        cmd = script("lookupkit", "inspect", str(lkc), "--json")
+        r = run(cmd)
         cdf = r.output.get("stats", {}).get("followers_cdf") or r.output.get("followers_cdf") or []
-        self.record(kind="followers", impl="lookupkit", size=size, runs=[],
+        self.record(kind="followers", impl="lookupkit", size=size, runs=[], cmd=_cmd(cmd),
                     followers=[c["followers"] for c in cdf], cdf=[c["keys"] for c in cdf])
         if self.driver:
             lcs = cfg.workdir / f"static-{size}.lcs"
             runs = [_llama(llamacpp.run_create(self.driver, ids, lcs)) for _ in range(cfg.runs)]
-            self.record(kind="build", impl="llama.cpp", size=size, file_size=lcs.stat().st_size, runs=runs)
+            self.record(kind="build", impl="llama.cpp", size=size, file_size=lcs.stat().st_size,
+                        cmd=f"{self.driver.name} create {ids} {lcs}", runs=runs)
         return lkc
 
     def end_to_end(self, size: int) -> None:
+        """Text to .lkc with no token cache, `runs` times (the headline build figure)."""
         cfg = self.cfg
         out = cfg.workdir / f"e2e-{size}.lkc"
-        r = run(script("lookup-create", "-f", str(cfg.corpus), "-m", str(cfg.vocab), "--max-bytes", f"{size}MB",
-                       "--cut", "byte", "--no-token-cache", "-lcs", str(out), "--json", "--quiet"))
+        cmd = script("lookup-create", "-f", str(cfg.corpus), "-m", str(cfg.vocab), "--max-bytes", f"{size}MB",
+                     "--cut", "byte", "--no-token-cache", "-lcs", str(out), "--json", "--quiet")
+        runs = []
+        for i in range(cfg.runs):
+            self.log(f"   end to end {size} MB, run {i + 1}/{cfg.runs}")
+            runs.append(_build_run(run(cmd)))
         self.record(kind="build_end_to_end", impl="lookupkit", size=size, file_size=out.stat().st_size,
-                    runs=[_build_run(r)])
+                    cmd=_cmd(cmd), runs=runs)
         out.unlink()
 
     def open_cache(self, size: int, lkc: Path) -> None:
+        """Open time, each run in its own fresh process: warm (the file in the page cache) and cold
+        (evicted before the process's first open). The file is read back into the page cache afterwards,
+        so the replays that follow are warm (cold replays are their own row)."""
         for cold in (False, True):
-            r = run(python_module("lookupkit.bench.startup_probe", "open", str(lkc), "--runs", str(self.cfg.open_runs),
-                                  *(["--cold"] if cold else [])))
-            self.record(kind="open_cold" if cold else "open_warm", impl="lookupkit", size=size, runs=[_run(r)])
+            if not cold:
+                warm_file(lkc)
+            cmd = python_module("lookupkit.bench.startup_probe", "open", str(lkc), "--runs", str(self.cfg.open_runs),
+                                *(["--cold"] if cold else []))
+            runs = [_run(run(cmd)) for _ in range(self.cfg.runs)]
+            self.record(kind="open_cold" if cold else "open_warm", impl="lookupkit", size=size, cmd=_cmd(cmd),
+                        runs=runs)
+        warm_file(lkc)
 
     def replay(self, size: int, lkc: Path | None) -> None:
+        """Warm replays (the file read into the page cache first), then cold ones (evicted in each child
+        before it opens the cache) as a separate row; the file is warmed again afterwards."""
         cfg = self.cfg
         for d in cfg.drafts:
             args = [str(cfg.eval_tokens), "--ctx", str(cfg.n_ctx), "--draft", str(d)] + (["--lcs", str(lkc)] if lkc else [])
-            runs = [run(python_module("lookupkit.bench.startup_probe", "replay", *args)) for _ in range(cfg.runs)]
-            self.record(kind=f"replay_d{d}", impl="lookupkit", size=size, runs=[_run(r) for r in runs])
+            if lkc:
+                warm_file(lkc)
+            cmd = python_module("lookupkit.bench.startup_probe", "replay", *args)
+            runs = [run(cmd) for _ in range(cfg.runs)]
+            self.record(kind=f"replay_d{d}", impl="lookupkit", size=size, cmd=_cmd(cmd), page_cache="warm",
+                        runs=[_run(r) for r in runs])
             if self.driver:
                 lcs = cfg.workdir / f"static-{size}.lcs" if lkc else None
                 runs = [_llama(llamacpp.run_stats(self.driver, cfg.eval_tokens, cfg.n_ctx, d, lcs=lcs))
                         for _ in range(cfg.runs)]
-                self.record(kind=f"replay_d{d}", impl="llama.cpp", size=size, runs=runs)
+                self.record(kind=f"replay_d{d}", impl="llama.cpp", size=size, runs=runs,
+                            cmd=f"{self.driver.name} stats {cfg.eval_tokens} {cfg.n_ctx} {d} {lcs or '-'} -")
+            if lkc and d == cfg.drafts[0] and (cfg.name != "quick" or size == cfg.sizes[-1]):  # quick: largest only
+                cmd = python_module("lookupkit.bench.startup_probe", "replay", *args, "--cold")
+                runs = [run(cmd) for _ in range(cfg.runs)]
+                self.record(kind=f"replay_cold_d{d}", impl="lookupkit", size=size, cmd=_cmd(cmd), page_cache="cold",
+                            runs=[_run(r) for r in runs])
+                warm_file(lkc)
 
     def share(self, size: int, lkc: Path) -> None:
         from .sharing import measure_sharing
 
+        warm_file(lkc)
         for n in self.cfg.share:
             res = measure_sharing(n, self.cfg.eval_tokens, lkc, self.cfg.n_ctx, self.cfg.drafts[0])
-            self.record(kind="share", impl="lookupkit", size=size, n_procs=n, runs=[res])
+            self.record(kind="share", impl="lookupkit", size=size, n_procs=n, runs=[res],
+                        cmd=f"{n} x python -m lookupkit.bench.startup_probe replay {self.cfg.eval_tokens} --lcs {lkc} "
+                            f"--ctx {self.cfg.n_ctx} --draft {self.cfg.drafts[0]} --hold")
+
+    def startup(self, size: int, lkc: Path) -> None:
+        """Start-up: import to first draft (warm), fresh install, read-only install, private memory."""
+        from .startup import run_startup
+
+        warm_file(lkc)
+        quick = self.cfg.name == "quick"
+        self.data["startup"] = run_startup(lkc, runs=max(self.cfg.runs, 3) if not quick else self.cfg.runs,
+                                           tokens=self.cfg.eval_tokens, log=self.log, quick=quick)
+        self.data["startup_command"] = (f"lookupkit bench{' --quick' if quick else ''} (start-up part; alone: "
+                                        f"python -m lookupkit.bench.startup --cache {lkc}{' --quick' if quick else ''})")
+        self.out.write_text(json.dumps(self.data, indent=1))
 
     def run_all(self) -> Path:
         cfg = self.cfg
@@ -186,11 +211,26 @@ class Study:
             self.replay(size, lkc)
         if lkc is not None:
             self.share(cfg.sizes[-1], lkc)
+            if cfg.startup:
+                self.startup(cfg.sizes[-1], lkc)
             if cfg.end_to_end:
                 self.end_to_end(cfg.sizes[-1])
         self.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.data["machine"]["loadavg_at_end"] = os.getloadavg()
         self.out.write_text(json.dumps(self.data, indent=1))
         return self.out
+
+
+def _cmd(cmd: list[str]) -> str:
+    """A command line as a user would type it (the console script's name, not its full path)."""
+    import shlex
+
+    parts = list(cmd)
+    if parts and parts[0] == sys.executable:
+        parts[0] = "python"
+    elif parts and os.path.dirname(parts[0]) == os.path.dirname(sys.executable):
+        parts[0] = os.path.basename(parts[0])
+    return shlex.join(parts)
 
 
 def _run(r) -> dict:

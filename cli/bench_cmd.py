@@ -24,6 +24,13 @@ def bench(
                                            "(default: the repo's bench/ for the full study)."),
     report_only: Optional[Path] = typer.Option(None, "--report", metavar="RESULTS.json",
                                                help="Only re-render the report and plots from a results file."),
+    calibration: Optional[list[Path]] = typer.Option(None, "--calibration", metavar="CALIBRATION.json",
+                                                     help="Add a `python -m lookupkit.bench.calibration` result to the "
+                                                          "report (repeatable)."),
+    startup: Optional[Path] = typer.Option(None, "--startup", metavar="STARTUP.json",
+                                           help="Report this `python -m lookupkit.bench.startup` result instead of "
+                                                "the study's own start-up section."),
+    no_startup: bool = typer.Option(False, "--no-startup", help="Skip the start-up measurements."),
 ) -> None:
     """Build, open and replay static caches of several corpus sizes; write results, report and plots."""
     from ..bench.plots import make_plots
@@ -37,7 +44,7 @@ def bench(
         size_list = _sizes(sizes) if sizes is not None else None
         if not SHARED.is_dir():
             raise InputError(f"the benchmark reads its corpora from {SHARED}, which does not exist")
-        kw = {"llamacpp": not no_llamacpp, "results_dir": base / "results"}
+        kw = {"llamacpp": not no_llamacpp, "results_dir": base / "results", "startup": not no_startup}
         if runs:
             kw["runs"] = runs
         cfg = StudyConfig.quick(**kw) if quick else StudyConfig.full(**kw)
@@ -46,7 +53,9 @@ def bench(
         results = Study(cfg, log=lambda m: typer.echo(m, err=True)).run_all()
     else:
         results = _results_file(report_only)
-    md = write_report(results, base / ("RESULTS.md" if not quick else "RESULTS-quick.md"))
+    extra = [_results_file(c, "--calibration") for c in calibration or []]
+    md = write_report(results, base / ("RESULTS.md" if not quick else "RESULTS-quick.md"), extra,
+                      _results_file(startup, "--startup") if startup else None)
     plots = make_plots(results, base / "plots")
     typer.echo(f"results {results}\nreport  {md}\nplots   {', '.join(str(p) for p in plots)}")
 
@@ -62,16 +71,17 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _results_file(path: Path) -> Path:
-    """--report: an existing results JSON file (checked here, so a typo is one line, not a traceback)."""
+def _results_file(path: Path, flag: str = "--report") -> Path:
+    """--report / --calibration / --startup: an existing results JSON file (checked here, so a typo is one
+    line, not a traceback)."""
     try:
         json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"--report {path} does not exist") from None
+        raise InputError(f"{flag} {path} does not exist") from None
     except IsADirectoryError:
-        raise InputError(f"--report {path} is a directory, not a results file") from None
+        raise InputError(f"{flag} {path} is a directory, not a results file") from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"--report {path} is not a readable results JSON file ({exc})") from None
+        raise InputError(f"{flag} {path} is not a readable results JSON file ({exc})") from None
     return path
 
 
