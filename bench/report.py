@@ -310,7 +310,8 @@ def _share_table(res: Results) -> list[str]:
             single = r["rss"][0]
         out.append(f"| {c['n_procs']} | {r['pss_total'] / MB:.0f} | {fmt(r['uss'], 1 / MB, 0)} | "
                    f"{fmt(r['rss'], 1 / MB, 0)} | {c['n_procs'] * single / MB:.0f} |" if single else "")
-    out += ["", f"Command: {_cmd_line(res, 'share')} (all N alive at once; `/proc/PID/smaps_rollup` read by the parent)."]
+    cmd = _cmd_line(res, "share").split(" x ", 1)[-1]
+    out += ["", f"Command: N × `{cmd.strip('`')}` (all N alive at once; `/proc/PID/smaps_rollup` read by the parent)."]
     return out + [""]
 
 
@@ -388,9 +389,14 @@ def main(argv=None) -> None:
     p.add_argument("--study", type=Path, required=True)
     p.add_argument("--startup", type=Path)
     p.add_argument("--calibration", type=Path, action="append", default=[])
+    p.add_argument("--append", type=Path, action="append", default=[],
+                   help="a markdown section written by another study (e.g. policy_study --report), appended verbatim")
     p.add_argument("-o", "--out", type=Path, required=True)
     a = p.parse_args(argv)
-    print(write_report(a.study, a.out, a.calibration, a.startup))
+    out = write_report(a.study, a.out, a.calibration, a.startup)
+    for extra in a.append:
+        out.write_text(out.read_text() + "\n" + extra.read_text().rstrip() + "\n")
+    print(out)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ def load_llama(model_path, static=None, dynamic=None, n_draft: int = 8, **llama_
     """A Llama drafting with lookupkit; the static cache's vocabulary is checked before the model loads."""
     model_path = os.fspath(model_path)
     draft = LookupDraftModel(static=static, dynamic=dynamic, n_draft=n_draft, model=model_path)
+    llama_kwargs.setdefault("logits_all", True)  # llama-cpp-python 0.3.36 fails past n_batch of history without it
     llm = llama_cpp.Llama(model_path=model_path, draft_model=draft, **llama_kwargs)
     draft.n_ctx = int(llm.n_ctx())
     return llm
