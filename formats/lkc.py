@@ -42,6 +42,50 @@ SECTIONS = {"pairs": ("<i4", 2), "constmap": ("|u1", 1), "key_t0_offsets": ("<u4
 KEY_SECTIONS = ("key_t0_offsets", "key_t1")
 
 
+def optional_sections(keys: np.ndarray, want_keys: bool, orders: HighOrders | None, meta: dict):
+    """The sections after pairs and constmap, for both writers: the key index (left out, with a warning,
+    when it would be too large) and the higher orders. Returns (sections, meta, format version)."""
+    extra = {}
+    if want_keys and _dense_index_bytes(keys) > max(MAX_KEY_INDEX, 8 * len(keys)):
+        warnings.warn(LookupkitWarning(
+            f"2-grams start with token ids up to {int(keys[:, 0].max()):,}: the key index would take "
+            f"{_dense_index_bytes(keys):,} bytes, so the keys are left out of the file (it drafts the "
+            f"same; listing and converting it need the keys recovered from its constmap)"), stacklevel=3)
+        want_keys = False
+    if want_keys:
+        extra.update(key_sections(keys))
+    if orders is None:
+        return extra, meta, 1
+    extra.update(orders.sections())
+    return extra, {**meta, "orders": orders.header()}, 2
+
+
+def header_blob(header: dict) -> bytes:
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
+
+
+def place_sections(header: dict) -> tuple[bytes, int]:
+    """Fill the sections' offsets (page-aligned, in order) and return (header bytes, file size). The
+    offsets are inside the header, whose length moves them: iterate to a fixed point."""
+    try:
+        json.dumps(header, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"metadata cannot be stored as JSON: {exc}") from None
+    sections = header["sections"]
+    names = list(sections)
+    for _ in range(8):
+        blob = header_blob(header)
+        pos, moved = _align(PREAMBLE.size + len(blob)), False
+        for name in names:
+            moved |= sections[name]["offset"] != pos
+            sections[name]["offset"] = pos
+            pos += sections[name]["length"]
+            pos = pos if name == names[-1] else _align(pos)
+        if not moved:
+            return blob, pos
+    raise AssertionError("section offsets did not converge")
+
+
 def _spec(section: str) -> tuple[str, int] | None:
     """(dtype, dimensions) of a section, or None for one this reader does not know."""
     return SECTIONS.get(section) or (("|u1", 1) if orders.SECTION.match(section) else None)
@@ -117,42 +161,16 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
     """Write `table` (and `orders`, the higher orders, if any) as a .lkc file to the binary stream `f`
     (sequentially); returns the header."""
     meta = check_meta(meta or {}, _max_id(table))
-    version = 2 if orders is not None else 1
     cmap = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
-    if keys and _dense_index_bytes(table.keys) > max(MAX_KEY_INDEX, 8 * len(table.keys)):
-        warnings.warn(LookupkitWarning(
-            f"2-grams start with token ids up to {int(table.keys[:, 0].max()):,}: the key index would take "
-            f"{_dense_index_bytes(table.keys):,} bytes, so the keys are left out of the file (it drafts the "
-            f"same; listing and converting it need the keys recovered from its constmap)"), stacklevel=2)
-        keys = False
-    if keys:
-        arrays.update(key_sections(table.keys))
-    if orders is not None:
-        arrays.update(orders.sections())
-        meta = {**meta, "orders": orders.header()}
+    extra, meta, version = optional_sections(table.keys, keys, orders, meta)
+    arrays.update(extra)
     stats = follower_stats(np.diff(table.offsets), table.pairs[:, 1])
     sections = {name: {"offset": 0, "length": int(a.nbytes), "dtype": _spec(name)[0], "shape": list(a.shape),
                        "sha256": hashlib.sha256(_raw(a)).hexdigest()} for name, a in arrays.items()}
     header = {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": ALIGN,
               "sections": sections, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
-    try:
-        json.dumps(header, default=_json_default)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"metadata cannot be stored as JSON: {exc}") from None
-    names = list(arrays)
-    for _ in range(8):  # the offsets are inside the header, whose length moves them: iterate to a fixed point
-        blob = json.dumps(header, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
-        pos, moved = _align(PREAMBLE.size + len(blob)), False
-        for name in names:
-            moved |= sections[name]["offset"] != pos
-            sections[name]["offset"] = pos
-            pos += arrays[name].nbytes
-            pos = pos if name == names[-1] else _align(pos)
-        if not moved:
-            break
-    else:
-        raise AssertionError("section offsets did not converge")
+    blob, pos = place_sections(header)
     f.write(PREAMBLE.pack(MAGIC, version, BYTE_ORDER_MARK, len(blob), hashlib.sha256(blob).digest(), pos))
     f.write(blob)
     written = PREAMBLE.size + len(blob)

@@ -12,21 +12,18 @@ written through an in-memory StaticTable by their own writers.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import warnings
 
 import numpy as np
 
 from .._version import __version__
 from ..counts.follower_stats import stats_from_hist
 from ..counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
-from ..errors import FormatError, InputError, LookupkitWarning
+from ..errors import FormatError, InputError
 from ..files import atomic_writer
 from . import BY_NAME, ggngcmap, lkc, vmap_build
 
 STREAMED = ("lkc", "ggngcmap")
-VERSION = 1  # as lkc.write_file writes a file without higher orders
 CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22  # keys, values, builder (output + stack)
 
 
@@ -110,20 +107,9 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
     del spans
     n_pairs = sum(p.n_pairs for p in parts)
     arrays = {"pairs": None, "constmap": cmap}
-    if keys and lkc._dense_index_bytes(k) > max(lkc.MAX_KEY_INDEX, 8 * len(k)):
-        warnings.warn(LookupkitWarning(
-            f"2-grams start with token ids up to {int(k[:, 0].max()):,}: the key index would take "
-            f"{lkc._dense_index_bytes(k):,} bytes, so the keys are left out of the file (it drafts the "
-            f"same; listing and converting it need the keys recovered from its constmap)"), stacklevel=3)
-        keys = False
-    if keys:
-        arrays.update(lkc.key_sections(k))
+    extra, meta, version = lkc.optional_sections(k, keys, orders, meta)
+    arrays.update(extra)
     del k
-    version = VERSION
-    if orders is not None:  # as lkc.write_file: order sections after the keys, version 2
-        arrays.update(orders.sections())
-        meta = {**meta, "orders": orders.header()}
-        version = 2
     shapes = {name: list(a.shape) for name, a in arrays.items() if a is not None}
     shapes["pairs"] = [n_pairs, 2]
     lengths = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
@@ -134,24 +120,8 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
                        "sha256": "0" * 64} for name in arrays}
     header = {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": lkc.ALIGN,
               "sections": sections, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
-    try:
-        json.dumps(header, default=lkc._json_default)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"metadata cannot be stored as JSON: {exc}") from None
+    blob, size = lkc.place_sections(header)
     names = list(arrays)
-    for _ in range(8):  # as lkc.write_file: offsets depend on the header's length
-        blob = _blob(header)
-        pos, moved = lkc._align(lkc.PREAMBLE.size + len(blob)), False
-        for name in names:
-            moved |= sections[name]["offset"] != pos
-            sections[name]["offset"] = pos
-            pos += lengths[name]
-            pos = pos if name == names[-1] else lkc._align(pos)
-        if not moved:
-            break
-    else:
-        raise AssertionError("section offsets did not converge")
-    size = pos
     f.write(b"\0" * sections["pairs"]["offset"])  # preamble and header come last
     digest = hashlib.sha256()
     for p in parts:
@@ -166,14 +136,10 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
         f.write(raw.data)
         sections[name]["sha256"] = hashlib.sha256(raw).hexdigest()
         written = sections[name]["offset"] + lengths[name]
-    final = _blob(header)
+    final = lkc.header_blob(header)
     assert len(final) == len(blob)
     f.seek(0)
     f.write(lkc.PREAMBLE.pack(lkc.MAGIC, version, lkc.BYTE_ORDER_MARK, len(final),
                               hashlib.sha256(final).digest(), size))
     f.write(final)
     f.seek(0, os.SEEK_END)
-
-
-def _blob(header: dict) -> bytes:
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False, default=lkc._json_default).encode()

@@ -14,6 +14,7 @@ out from every evaluation; learn your own for another domain.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from importlib import resources
@@ -137,11 +138,19 @@ def save(tables: tuple, path: str | os.PathLike, about: dict | None = None) -> P
     return path
 
 
+@functools.lru_cache(maxsize=1)
+def _default() -> tuple[np.ndarray, np.ndarray]:
+    with resources.as_file(resources.files("lookupkit") / "data" / DEFAULT) as p:
+        table, agree = load(p)
+    table.flags.writeable = agree.flags.writeable = False  # shared by every caller
+    return table, agree
+
+
 def load(path: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(table, agree) written by `save`; None: the bundled default."""
+    """(table, agree) written by `save`; None: the bundled default (read once per process: every policy
+    Drafter, server slot and sweep point asks for it)."""
     if path is None:
-        with resources.as_file(resources.files("lookupkit") / "data" / DEFAULT) as p:
-            return load(p)
+        return _default()
     remedy = "learn one with python -m lookupkit.bench.tune_policy"
     try:
         with open_input(path, "policy table") as f:
