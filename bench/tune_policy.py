@@ -10,12 +10,19 @@ where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of
 corpus's ids, about bytes 265-267 MB) lies outside those 100 MB: the tables never see text their cache
 was built from, and never the WikiText-103 test split every evaluation replays (the corpus excludes
 its articles). `about` in the JSON records all of this.
+
+For a real model, learn on the model's own greedy generations of held-out prompts instead
+(bench/generations.py writes them): only generated positions are scored, as an engine drafts there.
+
+    python -m lookupkit.bench.tune_policy --cache gemma-wiki100-o6.lkc --generations gemma-gens-test.json \
+        -o lookupkit/data/policy-gemma-3-270m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -28,21 +35,36 @@ from ..draft import confidence
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", required=True, type=Path, help="static cache (with --orders) the tables are learnt with")
-    ap.add_argument("--tokens", required=True, type=Path, help="held-out token ids (.i32 or .npy)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokens", type=Path, help="held-out token ids (.i32 or .npy)")
+    src.add_argument("--generations", type=Path, help="a model's generations (bench/generations.py's JSON)")
     ap.add_argument("--slice", default=None, help="START:COUNT of --tokens to use (default: all)")
     ap.add_argument("-c", "--ctx-size", type=int, default=4096, help="replay chunk size (lookup-stats' -c)")
     ap.add_argument("-o", "--output", type=Path, required=True)
     a = ap.parse_args(argv)
-    ids = read_token_file(a.tokens)
-    if a.slice:
-        start, count = (int(x) for x in a.slice.split(":"))
-        ids = ids[start:start + count]
+    if a.generations:
+        doc = json.loads(a.generations.read_text())
+        seqs = [np.asarray(g["tokens"], np.int32) for g in doc["sequences"]]
+        lens = [g["prompt_len"] for g in doc["sequences"]]
+        ids = np.concatenate(seqs)
+    else:
+        ids = read_token_file(a.tokens)
+        if a.slice:
+            start, count = (int(x) for x in a.slice.split(":"))
+            ids = ids[start:start + count]
     with StaticCache.open(a.cache) as cache:
-        tables = confidence.learn(ids, a.ctx_size, static=cache)
+        if a.generations:
+            tables = confidence.learn_generations(seqs, lens, static=cache)
+            method = (f"model generations: {len(seqs)} sequences of {doc['model']} ({doc['text']}, seed {doc['seed']}); "
+                      "first half: per-source tables; second half: agreement table; generated positions only")
+        else:
+            tables = confidence.learn(ids, a.ctx_size, static=cache)
+            method = "first half: per-source tables; second half: agreement table"
         about = {"cache": a.cache.name, "cache_orders": cache.orders, "cache_corpus": cache.meta.get("corpus"),
-                 "orders_params": cache.meta.get("orders"), "tokens": a.tokens.name, "slice": a.slice,
-                 "n_tokens": int(len(ids)), "sha256_of_ids": hashlib.sha256(np.ascontiguousarray(ids).data).hexdigest(),
-                 "n_ctx": a.ctx_size, "method": "first half: per-source tables; second half: agreement table"}
+                 "orders_params": cache.meta.get("orders"), "tokens": (a.generations or a.tokens).name,
+                 "slice": a.slice, "n_tokens": int(len(ids)),
+                 "sha256_of_ids": hashlib.sha256(np.ascontiguousarray(ids).data).hexdigest(),
+                 "n_ctx": a.ctx_size, "method": method}
     confidence.save(tables, a.output, about)
     print(f"wrote {a.output}: learnt on {len(ids):,} held-out tokens with {a.cache.name} (orders {about['cache_orders']})")
 

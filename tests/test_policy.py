@@ -251,3 +251,27 @@ def test_lookup_stats_policy_flags(tmp_path):
                            (["--policy", "greedy"], "Invalid value")):
         r = run(app, [*base, *args])
         assert r.exit_code == 2 and fragment in r.output, (args, r.output)
+
+
+def test_learning_on_generations_scores_generated_positions_only():
+    """A model that copies its prompt: the longest-match source is right at every generated position, and
+    positions inside the prompts are never scored (prompt_len = length scores nothing)."""
+    rng = np.random.default_rng(5)
+    seqs, lens = [], []
+    for _ in range(6):
+        prompt = rng.integers(0, 500, 120).astype(np.int32)
+        seqs.append(np.concatenate([prompt, prompt[:80]]))
+        lens.append(len(prompt))
+    pol = make_policy((np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1))),
+                      lambda k: 1.0, 1, None)
+    chunks = [(s, p) for s, p in zip(seqs, lens)]
+    hits, trials = confidence._replay_counts(chunks, 256, None, None, pol, pol.table.shape, 0)
+    match = N_SOURCES - 1
+    assert trials[match].sum() >= 6 * (80 - 32) and hits[match].sum() == trials[match].sum()
+    assert trials.sum() <= N_SOURCES * 6 * 80
+    none = confidence._replay_counts([(s, len(s)) for s in seqs], 256, None, None, pol, pol.table.shape, 0)
+    assert none[1].sum() == 0
+    table, agree = confidence.learn_generations(seqs, lens)
+    assert table[match, SHARE_BINS - 1, 0] > 0.9  # matches of >= 24 tokens
+    with pytest.raises(InputError, match="longer than its prompt"):
+        confidence.learn_generations(seqs, [len(s) for s in seqs])

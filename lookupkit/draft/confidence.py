@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..counts import flat as fc
-from ..counts.match_index import clear_index, index_position, new_index
+from ..counts.match_index import clear_index, ensure_room, index_position, new_index
 from ..errors import FormatError, InputError
 from ..files import atomic_writer, open_input
 from ..rules import SOURCE_NAMES
@@ -38,11 +38,16 @@ PRIOR = 8.0
 
 
 @fc.kernel
-def _observe_chunk(truth, ctx, dyn, st, memo, pol, dummy, hits, trials, stage):
-    """Every position of one chunk: stage 0, each source's candidate against the true next token; stage 1,
-    the chosen candidate (by its table bin and agreeing sources) against it."""
+def _observe_chunk(truth, first, ctx, dyn, st, memo, pol, dummy, hits, trials, stage):
+    """Every position from `first` on of one chunk (all are counted into the caches): stage 0, each source's
+    candidate against the true next token; stage 1, the chosen candidate (by its table bin and agreeing
+    sources) against it."""
     cand = pol.cand
     for i in range(1, truth.shape[0]):
+        if i < first:
+            fc.count_position(ctx, truth, i)
+            index_position(pol.index, truth, i)
+            continue
         candidates(truth, i, dummy, 0, 0, ctx, dyn, st, memo, pol.high, pol.index, cand)
         if stage == 0:
             for src in range(N_SOURCES):
@@ -59,7 +64,9 @@ def _observe_chunk(truth, ctx, dyn, st, memo, pol, dummy, hits, trials, stage):
         index_position(pol.index, truth, i)
 
 
-def _replay_counts(tokens, n_ctx, static, dynamic, pol, shape, stage) -> tuple[np.ndarray, np.ndarray]:
+def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage) -> tuple[np.ndarray, np.ndarray]:
+    """Counts over `chunks` ((ids, first position counted) pairs, each a fresh context after the ones before
+    were merged into the dynamic cache, as lookup-stats and a serving engine do)."""
     st = static_arrays(static)
     ctx = fc.FlatCache(4 * n_ctx, 4 * n_ctx, fc.LAX)
     dyn = fc.FlatCache.from_table(dynamic, 8 * n_ctx, 8 * n_ctx, fc.STRICT)
@@ -67,9 +74,10 @@ def _replay_counts(tokens, n_ctx, static, dynamic, pol, shape, stage) -> tuple[n
     hits, trials = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
     dummy = np.zeros(1, np.int32)
     pol = pol._replace(index=new_index(n_ctx))
-    for chunk in range((len(tokens) - 1) // n_ctx):
-        _observe_chunk(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], ctx.c, dyn.c, st, memo, pol, dummy, hits, trials,
-                       stage)
+    for ids, first in chunks:
+        pol = pol._replace(index=ensure_room(pol.index, ids, 0, len(ids)))
+        ctx.reserve(4 * len(ids), 4 * len(ids))
+        _observe_chunk(ids, first, ctx.c, dyn.c, st, memo, pol, dummy, hits, trials, stage)
         dyn.merge(ctx)
         ctx.clear()
         clear_index(pol.index)
@@ -78,20 +86,39 @@ def _replay_counts(tokens, n_ctx, static, dynamic, pol, shape, stage) -> tuple[n
 
 
 def learn(tokens, n_ctx: int = 4096, static=None, dynamic=None, prior: float = PRIOR) -> tuple[np.ndarray, np.ndarray]:
-    """(table, agree) learnt on `tokens` (held-out ids), replayed lookup-stats' way: the first half gives
-    each source's table, the second half how often the chosen candidate is right given its table bin and
-    the sources agreeing with it (so neither stage is scored on the data it was fitted to)."""
+    """(table, agree) learnt on `tokens` (held-out ids), replayed lookup-stats' way in chunks of n_ctx: the
+    first half gives each source's table, the second half how often the chosen candidate is right given
+    its table bin and the sources agreeing with it (so neither stage is scored on the data it was fitted to)."""
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
     if len(tokens) <= 2 * n_ctx + 2:
         raise InputError(f"learning a confidence table needs more than two chunks of {n_ctx} tokens, got {len(tokens)}")
     half = len(tokens) // 2
+    chunks = [(part[c * n_ctx:(c + 1) * n_ctx], 1) for part in (tokens[:half], tokens[half:])
+              for c in range((len(part) - 1) // n_ctx)]
+    n_first = (half - 1) // n_ctx
+    return _learn(chunks[:n_first], chunks[n_first:], n_ctx, static, dynamic, prior)
+
+
+def learn_generations(sequences, prompt_lens, static=None, dynamic=None, prior: float = PRIOR) -> tuple[np.ndarray, np.ndarray]:
+    """(table, agree) learnt on a model's own generations: each sequence is a prompt (its first prompt_lens[i]
+    tokens, counted into the context cache only) and what the model generated after it, where an engine
+    drafts. Sequences follow one another as an engine serves them (each learnt into the dynamic cache);
+    the first half of them gives the per-source tables, the second half the agreement table."""
+    chunks = [(np.ascontiguousarray(s, dtype=np.int32), int(p)) for s, p in zip(sequences, prompt_lens)]
+    if len(chunks) < 2 or any(not 1 <= p < len(s) for s, p in chunks):
+        raise InputError("learning from generations needs at least two sequences, each longer than its prompt")
+    half = len(chunks) // 2
+    return _learn(chunks[:half], chunks[half:], max(len(s) for s, _ in chunks), static, dynamic, prior)
+
+
+def _learn(first, second, n_ctx, static, dynamic, prior) -> tuple[np.ndarray, np.ndarray]:
     high = static.high if static is not None else no_high()
     pol = make_policy((np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1))),
                       lambda k: 1.0, 1, high)
-    hits, trials = _replay_counts(tokens[:half], n_ctx, static, dynamic, pol, pol.table.shape, 0)
+    hits, trials = _replay_counts(first, n_ctx, static, dynamic, pol, pol.table.shape, 0)
     table = _shrunk(hits, trials, prior)
     pol = pol._replace(table=table)
-    hits2, trials2 = _replay_counts(tokens[half:], n_ctx, static, dynamic, pol, (P_BINS, AGREE_MAX + 1, 1), 1)
+    hits2, trials2 = _replay_counts(second, n_ctx, static, dynamic, pol, (P_BINS, AGREE_MAX + 1, 1), 1)
     centres = (np.arange(P_BINS) + 0.5) / P_BINS
     h2, t2 = hits2[..., 0] + prior * centres[:, None], trials2[..., 0] + prior  # sparse cells: the table's own p
     agree = h2 / t2

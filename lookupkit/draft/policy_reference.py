@@ -68,19 +68,24 @@ def choose(cands: dict, table: np.ndarray) -> tuple[int, int, int]:
 
 def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
                            cost: Sequence[float]) -> list[int]:
-    """Draft after `seq` while (E + P_next) / cost[k+1] > E / cost[k] (draft.policy's docstring)."""
+    """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (draft.policy's docstring;
+    the shortest of equally good ones), the chain grown only while a longer prefix could still win."""
     table, agree = tables
-    s, out = [int(t) for t in seq], []
-    p_all, expected = 1.0, 1.0
-    while len(out) < n_draft and s:
-        cands = candidates(s + out, ctx, dyn, static, high, len(s))
+    n_draft = min(n_draft, len(cost) - 1)
+    s, chain = [int(t) for t in seq], []
+    expected, p_all = 1.0, 1.0
+    best, best_k = 1.0 / cost[0], 0
+    while s and len(chain) < n_draft:
+        k = len(chain)
+        if not any(expected + p_all * (j - k) > best * cost[j] for j in range(k + 1, n_draft + 1)):
+            break  # no longer prefix could win, even if every further token were as likely as this one
+        cands = candidates(s + chain, ctx, dyn, static, high, len(s))
         if not cands:
             break
         tok, p_bin, n_agree = choose(cands, table)
-        p_next = p_all * agree[p_bin, n_agree]
-        k = len(out)
-        if not (expected + p_next) * cost[k] > expected * cost[k + 1]:
-            break
-        out.append(tok)
-        p_all, expected = p_next, expected + p_next
-    return out
+        p_all *= agree[p_bin, n_agree]
+        expected += p_all
+        chain.append(tok)
+        if expected > best * cost[k + 1]:
+            best, best_k = expected / cost[k + 1], k + 1
+    return chain[:best_k]
