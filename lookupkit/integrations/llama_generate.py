@@ -1,0 +1,292 @@
+"""Greedy generation over llama-cpp-python's low-level API, plain or drafted by a lookupkit Drafter.
+
+Why not `Llama.generate` with a draft model: llama-cpp-python then forces logits for every position
+(the whole prompt included: 262,144 floats per token for Gemma 3) and samples through its sampler
+chain, ~3 ms of Python per token. Here the prompt is decoded once with one logits row (its last);
+each call then verifies `[last token] + draft` in one batch with logits on exactly those rows, takes
+the argmax of each row in numpy (a view of llama.cpp's float rows, no copy) only as far as it agrees
+with the draft, keeps the agreeing drafted prefix plus one token, and removes the rejected positions
+from the KV cache. Without a drafter the same loop verifies `[last token]` alone: the plain baseline.
+
+The drafter's draft is never cut at `max_tokens` (only at n_ctx and at the batch size), so a run's
+counters equal `replay.replay_generation(prompt + tokens, len(prompt) + 1, n_draft, ...)` exactly;
+the last call may verify drafted tokens past the end, which are not emitted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .engines import gguf_vocab, require
+from ..errors import InputError
+from ..rules import check_n_draft
+
+SEQ = 0  # the one llama.cpp sequence this loop uses
+
+
+@dataclass
+class Generation:
+    """One greedy generation: what was emitted, how long it took, and what drafting did.
+
+    tokens: the generated ids (an EOS/EOG token that ended it is the last one); stop: "eos", "length"
+    (max_tokens) or "n_ctx" (the context is full). t_prompt_s: decoding the prompt and picking the first
+    token; t_gen_s: everything after it. n_calls: verify batches after the first token (one per emitted
+    token for plain generation); drafted/accepted: per call. tokens_per_s counts every generated token
+    over t_gen_s, as llama-server's predicted_per_second does.
+    """
+
+    tokens: list
+    prompt_len: int
+    stop: str
+    t_prompt_s: float
+    t_gen_s: float
+    drafted: np.ndarray = field(repr=False)
+    accepted: np.ndarray = field(repr=False)
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.drafted)
+
+    @property
+    def n_drafted(self) -> int:
+        return int(self.drafted.sum())
+
+    @property
+    def n_accepted(self) -> int:
+        return int(self.accepted.sum())
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return len(self.tokens) / self.t_gen_s if self.t_gen_s > 0 else None
+
+    @property
+    def accepted_per_call(self) -> float | None:
+        """Mean drafted tokens accepted per verify call (0 for plain generation)."""
+        return self.n_accepted / self.n_calls if self.n_calls else None
+
+    @property
+    def eos(self) -> bool:
+        return self.stop == "eos"
+
+    def summary(self) -> dict:
+        return {"prompt_tokens": self.prompt_len, "tokens": len(self.tokens), "stop": self.stop,
+                "t_prompt_s": self.t_prompt_s, "t_gen_s": self.t_gen_s, "tokens_per_s": self.tokens_per_s,
+                "calls": self.n_calls, "drafted": self.n_drafted, "accepted": self.n_accepted,
+                "accepted_per_call": self.accepted_per_call,
+                "acceptance": self.n_accepted / self.n_drafted if self.n_drafted else None}
+
+
+class _Batch:
+    """A llama_batch for one sequence with numpy views of its token, position and logits-flag arrays."""
+
+    def __init__(self, lib, capacity: int):
+        self.lib, self.capacity = lib, capacity
+        self.b = lib.llama_batch_init(capacity, 0, 1)
+        self.token = np.ctypeslib.as_array(self.b.token, shape=(capacity,))
+        self.pos = np.ctypeslib.as_array(self.b.pos, shape=(capacity,))
+        self.logits = np.ctypeslib.as_array(self.b.logits, shape=(capacity,))
+        np.ctypeslib.as_array(self.b.n_seq_id, shape=(capacity,))[:] = 1
+        for i in range(capacity):
+            self.b.seq_id[i][0] = SEQ
+
+    def set(self, tokens, pos0: int, n_logits: int) -> None:
+        """tokens at positions pos0.., logits on the last n_logits of them."""
+        n = len(tokens)
+        self.token[:n] = tokens
+        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.logits[:n - n_logits] = 0
+        self.logits[n - n_logits:n] = 1
+        self.b.n_tokens = n
+
+    def free(self) -> None:
+        if self.b is not None:
+            self.lib.llama_batch_free(self.b)
+            self.b = None
+
+
+class _Model:
+    """What the loop needs from a Llama: its context, memory, vocabulary size and end-of-generation test."""
+
+    def __init__(self, llm):
+        self.lib = require("llama_cpp", "llama-cpp-python", "llama")
+        if not isinstance(llm, self.lib.Llama):
+            raise InputError(f"generate() takes a llama_cpp.Llama, got {type(llm).__name__}")
+        self.llm, self.ctx = llm, llm.ctx
+        self.mem = self.lib.llama_get_memory(self.ctx)
+        self.vocab = self.lib.llama_model_get_vocab(llm.model)
+        self.n_vocab = int(self.lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = int(llm.n_ctx())
+        self.n_batch = int(llm.context_params.n_batch)
+        self._row = ctypes.c_float * self.n_vocab
+
+    def decode(self, batch: _Batch) -> None:
+        rc = self.lib.llama_decode(self.ctx, batch.b)
+        if rc != 0:
+            raise InputError(f"llama_decode failed (code {rc}) on a batch of {batch.b.n_tokens} tokens")
+
+    def row(self, i: int) -> np.ndarray:
+        """The logits of batch row i (a view of llama.cpp's buffer, valid until the next decode)."""
+        ptr = self.lib.llama_get_logits_ith(self.ctx, i)
+        if not ptr:
+            raise InputError(f"llama.cpp has no logits for batch row {i}")
+        return np.frombuffer(self._row.from_address(ctypes.addressof(ptr.contents)), np.float32)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
+
+    def forget_from(self, pos: int) -> None:
+        """Drop KV cells at positions >= pos (rejected drafts)."""
+        if not self.lib.llama_memory_seq_rm(self.mem, SEQ, pos, -1):
+            raise InputError(f"this model's KV cache cannot drop positions from {pos} on, which drafting needs")
+
+    def clear(self) -> None:
+        self.lib.llama_memory_clear(self.mem, True)
+        self.llm.n_tokens = 0  # Llama's own calls must not take our KV cache for its prompt cache
+
+
+def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int = 8, stop_at_eos: bool = True,
+             on_token=None, on_batch=None) -> Generation:
+    """Greedy continuation of `prompt_tokens` (ids, BOS included if the model wants one) on `llm`.
+
+    llm: a `llama_cpp.Llama` (logits_all not needed; its KV cache is cleared first and after);
+    drafter: None (plain greedy) or a `lookupkit.Drafter` (a static cache of another vocabulary than the
+    model's is refused); n_draft: tokens per draft (cut so the sequence never passes n_ctx, and to the
+    Llama's n_batch - 1). The drafter follows the prompt from scratch and learns the finished sequence
+    into its dynamic cache. on_token(token) is called for each emitted token; on_batch(pos0, tokens,
+    logits) for each decoded batch with its logits rows (rows, n_vocab) — for checks, not speed.
+    """
+    m = _Model(llm)
+    prompt = _check_prompt(prompt_tokens, m.n_vocab)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InputError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}")
+    n_draft = check_n_draft(n_draft)
+    if len(prompt) >= m.n_ctx:
+        raise InputError(f"the prompt has {len(prompt)} tokens but n_ctx is {m.n_ctx}: "
+                         f"raise n_ctx (-c) above the prompt length or shorten the prompt")
+    if drafter is not None:
+        check_drafter(drafter, llm)
+        drafter.reset(learn=False)
+        drafter.accept(prompt)
+    batch = _Batch(m.lib, max(1, min(m.n_batch, max(len(prompt), n_draft + 1))))
+    try:
+        m.clear()
+        return _run(m, batch, prompt, max_tokens, drafter, n_draft, stop_at_eos, on_token, on_batch)
+    finally:
+        batch.free()
+        m.clear()
+        if drafter is not None:
+            drafter.reset(learn=True)
+
+
+def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_draft, stop_at_eos, on_token,
+         on_batch) -> Generation:
+    t0 = time.perf_counter()
+    for i in range(0, len(prompt), batch.capacity):
+        chunk = prompt[i:i + batch.capacity]
+        last = i + len(chunk) == len(prompt)
+        batch.set(chunk, i, 1 if last else 0)
+        m.decode(batch)
+    if on_batch is not None:
+        on_batch(len(prompt) - 1, prompt[-1:].copy(), m.row(len(chunk) - 1)[None, :])
+    tok = int(np.argmax(m.row(len(chunk) - 1)))
+    out, drafted, accepted = [tok], [], []
+    if on_token is not None:
+        on_token(tok)
+    t1 = time.perf_counter()
+    stop = _stop(m, out, len(prompt), max_tokens, stop_at_eos)
+    if drafter is not None and stop is None:
+        drafter.accept(out)
+    limit_batch = min(n_draft, batch.capacity - 1)
+    while stop is None:
+        pos = len(prompt) + len(out) - 1  # position of the last emitted token, not yet in the KV cache
+        k = min(limit_batch, m.n_ctx - 2 - pos)  # the sequence, all it may emit included, stays within n_ctx
+        draft = drafter.draft(None, k) if drafter is not None and k > 0 else []
+        seq = [tok, *draft]
+        batch.set(seq, pos, len(seq))
+        m.decode(batch)
+        if on_batch is not None:
+            on_batch(pos, np.asarray(seq, np.int32), _rows(m, len(seq)))
+        new = []
+        for j in range(len(seq)):
+            tok = int(np.argmax(m.row(j)))
+            new.append(tok)
+            if j == len(draft) or tok != draft[j]:
+                break
+        n_acc = len(new) - 1
+        if n_acc < len(draft):
+            m.forget_from(pos + 1 + n_acc)
+        new = new[:max_tokens - len(out)]
+        if stop_at_eos:
+            eog = next((i for i, t in enumerate(new) if m.is_eog(t)), None)
+            new = new if eog is None else new[:eog + 1]
+        drafted.append(len(draft))
+        accepted.append(min(n_acc, len(new)))  # drafted tokens that are in the output
+        out.extend(new)
+        if on_token is not None:
+            for t in new:
+                on_token(t)
+        stop = _stop(m, out, len(prompt), max_tokens, stop_at_eos)
+        if drafter is not None:
+            drafter.accept(new)
+    t2 = time.perf_counter()
+    return Generation(tokens=out, prompt_len=len(prompt), stop=stop, t_prompt_s=t1 - t0, t_gen_s=t2 - t1,
+                      drafted=np.asarray(drafted, np.int32), accepted=np.asarray(accepted, np.int32))
+
+
+def _stop(m: _Model, out: list, n_prompt: int, max_tokens: int, stop_at_eos: bool) -> str | None:
+    if stop_at_eos and m.is_eog(out[-1]):
+        return "eos"
+    if len(out) >= max_tokens:
+        return "length"
+    if n_prompt + len(out) >= m.n_ctx:
+        return "n_ctx"
+    return None
+
+
+def _rows(m: _Model, n: int) -> np.ndarray:
+    return np.stack([m.row(i) for i in range(n)])
+
+
+def _check_prompt(prompt_tokens, n_vocab: int) -> np.ndarray:
+    try:
+        prompt = np.asarray(prompt_tokens)
+    except (TypeError, ValueError):
+        raise InputError("prompt_tokens must be a sequence of token ids") from None
+    if prompt.ndim != 1 or (len(prompt) and not np.issubdtype(prompt.dtype, np.integer)):
+        raise InputError("prompt_tokens must be a 1-D sequence of integer token ids")
+    if not len(prompt):
+        raise InputError("the prompt is empty: give at least one token (a BOS token will do)")
+    if prompt.min() < 0 or prompt.max() >= n_vocab:
+        raise InputError(f"prompt token ids must be in 0..{n_vocab - 1} (this model's vocabulary), "
+                         f"got {int(prompt.min())}..{int(prompt.max())}")
+    return prompt.astype(np.int32)
+
+
+def check_drafter(drafter, llm) -> None:
+    """Refuse a drafter whose static cache was built for another vocabulary than llm's model."""
+    from .. import Drafter
+
+    if not isinstance(drafter, Drafter):
+        raise InputError(f"drafter must be a lookupkit.Drafter or None, got {type(drafter).__name__}")
+    if drafter.static is not None:
+        drafter.static.check_vocab(model_vocab(llm.model_path))
+
+
+def model_vocab(model_path):
+    """engines.gguf_vocab, read once per model file (Gemma's 262,144-token metadata takes ~0.5 s)."""
+    try:
+        st = os.stat(model_path)
+    except OSError:
+        return gguf_vocab(model_path)  # says in one line why the file cannot be read
+    return _vocab_of(os.path.realpath(model_path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_of(path: str, size: int, mtime_ns: int):
+    return gguf_vocab(path)

@@ -1,0 +1,192 @@
+"""lookupkit's own greedy loop over llama-cpp-python's low-level API, on tiny exact-arithmetic models.
+
+An F32 random-weight GGUF built here (seconds, nothing downloaded): plain output equals llama-cpp-python's
+own greedy generation; drafted output (llama.cpp's rule and lookupkit's policy, drafts of 1..64) is
+bit-identical to plain, and the counters equal replay_generation for the same tokens; EOS, max_tokens
+and n_ctx end a generation where they should; bad input is one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (to write the tiny model) is not installed")
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+
+from lookupkit import Drafter, StaticCache, Tokenizer  # noqa: E402
+from lookupkit.draft.confidence import load as load_tables  # noqa: E402
+from lookupkit.draft.policy import make_policy  # noqa: E402
+from lookupkit.errors import InputError, VocabMismatchError  # noqa: E402
+from lookupkit.integrations.llama_cpp import generate  # noqa: E402
+from lookupkit.replay import replay_generation  # noqa: E402
+from tiny_models import README, VOCAB, foreign_static, learnt, static_from_text, tiny_gguf, write_llama_gguf  # noqa: E402,F401
+
+PROMPT = "Prompt lookup decoding drafts tokens from n-gram caches."
+N_NEW = 160
+
+
+def llama(path, n_ctx: int = 2048, **kw):
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=1, n_threads_batch=1, verbose=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_gguf):
+    model = llama(tiny_gguf)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def prompt(llm):
+    return llm.tokenize(PROMPT.encode())
+
+
+@pytest.fixture(scope="module")
+def plain(llm, prompt):
+    return generate(llm, prompt, N_NEW, stop_at_eos=False)
+
+
+@pytest.fixture(scope="module")
+def static_path(plain, tmp_path_factory):
+    text = README.read_text(encoding="utf-8") + Tokenizer.default().decode(plain.tokens[:60])
+    return static_from_text(text, tmp_path_factory.mktemp("gen-static") / "static.lkc")
+
+
+def llama_generate(llm, prompt, n):
+    out = []
+    for tok in llm.generate(prompt, temp=0.0, top_k=1, repeat_penalty=1.0):
+        out.append(int(tok))
+        if len(out) == n:
+            return out
+
+
+def test_the_plain_loop_is_llama_cpp_pythons_greedy_output(llm, prompt, plain):
+    assert plain.tokens == llama_generate(llm, prompt, N_NEW)
+    assert plain.stop == "length" and len(plain.tokens) == N_NEW and plain.prompt_len == len(prompt)
+    assert plain.n_calls == N_NEW - 1 and plain.n_drafted == plain.n_accepted == 0
+    assert plain.t_prompt_s > 0 and plain.t_gen_s > 0 and plain.tokens_per_s > 0
+    assert generate(llm, prompt, N_NEW, stop_at_eos=False).tokens == plain.tokens  # the KV cache starts clean
+
+
+def policy_for(static_path, n_draft, cost=0.1):
+    with StaticCache.open(static_path) as cache:
+        return make_policy(load_tables(), lambda k: 1 + cost * k, n_draft, cache.high)
+
+
+@pytest.mark.parametrize("policy", ["llama.cpp", "lookupkit"])
+@pytest.mark.parametrize("n_draft", [1, 8, 64])
+def test_drafted_output_is_plain_and_counters_are_the_replays(llm, prompt, plain, static_path, policy, n_draft):
+    drafter = Drafter(static=static_path, policy=policy, verify_cost=0.1)
+    g = generate(llm, prompt, N_NEW, drafter=drafter, n_draft=n_draft, stop_at_eos=False)
+    assert g.tokens == plain.tokens
+    seq = list(prompt) + g.tokens
+    with StaticCache.open(static_path) as cache:
+        pol = policy_for(static_path, n_draft) if policy == "lookupkit" else None
+        rep = replay_generation(seq, len(prompt) + 1, n_draft, static=cache, policy=pol)
+    assert np.array_equal(g.drafted, rep.n_drafted) and np.array_equal(g.accepted, rep.n_accepted)
+    assert g.n_accepted > 0 and g.n_calls < plain.n_calls
+    # every call emits its accepted drafts plus one token, except a last call whose drafts reach max_tokens
+    assert g.n_calls + g.n_accepted - (N_NEW - 1) in (0, 1)
+    if n_draft == 64:
+        assert g.drafted.max() > 16, "long drafts must be exercised"
+
+
+def test_a_reused_drafter_learns_each_generation_like_llama_lookups_dynamic_cache(llm, prompt, plain):
+    drafter = Drafter()
+    first = generate(llm, prompt, N_NEW, drafter=drafter, stop_at_eos=False)
+    second = generate(llm, prompt, N_NEW, drafter=drafter, stop_at_eos=False)
+    assert first.tokens == second.tokens == plain.tokens
+    seq = list(prompt) + plain.tokens
+    rep = replay_generation(seq, len(prompt) + 1, 8, dynamic=learnt(seq))
+    assert np.array_equal(second.drafted, rep.n_drafted) and np.array_equal(second.accepted, rep.n_accepted)
+    assert second.n_accepted > first.n_accepted
+
+
+def test_max_tokens_cuts_the_output_not_the_counters(llm, prompt, plain, static_path):
+    for n in (1, 2, 37):
+        g = generate(llm, prompt, n, drafter=Drafter(static=static_path), n_draft=16, stop_at_eos=False)
+        assert g.tokens == plain.tokens[:n] and g.stop == "length"
+        with StaticCache.open(static_path) as cache:
+            rep = replay_generation(list(prompt) + g.tokens, len(prompt) + 1, 16, static=cache)
+        assert np.array_equal(g.drafted, rep.n_drafted) and np.array_equal(g.accepted, rep.n_accepted)
+
+
+def vocab_with_eos(path, eos: int):
+    """The bundled GPT-2 vocabulary with another EOS id (a token the tiny model emits)."""
+    reader = gguf.GGUFReader(VOCAB)
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            value = eos if key == "tokenizer.ggml.eos_token_id" else field.contents()
+            sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(key, value, field.types[0], sub)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def test_generation_stops_at_the_first_eos_drafted_or_not(plain, prompt, tmp_path):
+    at = 40
+    eos = plain.tokens[at]
+    first = plain.tokens.index(eos)
+    model = write_llama_gguf(tmp_path / "eos.gguf", vocab=vocab_with_eos(tmp_path / "vocab.gguf", eos))
+    m = llama(model)
+    for drafter in (None, Drafter(), Drafter(policy="lookupkit", verify_cost=0.0)):
+        g = generate(m, prompt, N_NEW, drafter=drafter, n_draft=32)
+        assert g.tokens == plain.tokens[:first + 1] and g.stop == "eos" and g.eos
+        if drafter is not None:
+            pol = make_policy(load_tables(), lambda k: 1.0, 32, None) if drafter.policy == "lookupkit" else None
+            rep = replay_generation(list(prompt) + g.tokens, len(prompt) + 1, 32, policy=pol)
+            assert np.array_equal(g.drafted, rep.n_drafted) and np.array_equal(g.accepted, rep.n_accepted)
+    assert generate(m, prompt, N_NEW, stop_at_eos=False).tokens == plain.tokens
+    m.close()
+
+
+def test_drafts_never_pass_n_ctx_and_a_full_context_ends_the_generation(tiny_gguf, prompt, plain):
+    m = llama(tiny_gguf, n_ctx=256)
+    n_ctx = m.n_ctx()
+    seen = []
+    g = generate(m, prompt, 10_000, drafter=Drafter(), n_draft=64, stop_at_eos=False,
+                 on_batch=lambda pos, toks, rows: seen.append((pos, len(toks), rows.shape)))
+    assert g.stop == "n_ctx" and len(prompt) + len(g.tokens) == n_ctx
+    assert g.tokens[:N_NEW] == plain.tokens
+    assert all(pos + n < n_ctx and rows[0] == n for pos, n, rows in seen) and max(n for _, n, _ in seen) > 8
+    long = list(prompt) * (n_ctx // len(prompt) + 1)
+    with pytest.raises(InputError, match=f"but n_ctx is {n_ctx}") as exc:
+        generate(m, long[:n_ctx], 8)
+    assert "\n" not in str(exc.value)
+    m.close()
+
+
+def test_a_prompt_longer_than_n_batch_is_decoded_in_chunks(tiny_gguf, llm, prompt):
+    long = (list(prompt) * 40)[:700]
+    small = llama(tiny_gguf, n_batch=128, n_ubatch=128)
+    assert generate(small, long, 20, drafter=Drafter(), n_draft=200).tokens == generate(llm, long, 20).tokens
+    small.close()
+
+
+def test_a_static_cache_of_another_vocabulary_is_refused(llm, prompt, tmp_path):
+    drafter = Drafter(static=foreign_static(tmp_path / "qwen2.lkc"))
+    with pytest.raises(VocabMismatchError) as exc:
+        generate(llm, prompt, 8, drafter=drafter)
+    assert "qwen2" in str(exc.value) and "gpt-2" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"prompt_tokens": []}, "the prompt is empty"),
+    ({"prompt_tokens": [1, 50257]}, r"must be in 0\.\.50256"),
+    ({"prompt_tokens": [[1, 2]]}, "1-D sequence"),
+    ({"prompt_tokens": ["a"]}, "integer token ids"),
+    ({"max_tokens": 0}, "max_tokens must be"),
+    ({"n_draft": 0}, "n_draft must be"),
+    ({"drafter": "wiki.lkc"}, "drafter must be a lookupkit.Drafter"),
+])
+def test_bad_input_is_one_line(llm, kwargs, match):
+    args = {"prompt_tokens": [1, 2, 3], "max_tokens": 4, **kwargs}
+    with pytest.raises(InputError, match=match) as exc:
+        generate(llm, args.pop("prompt_tokens"), args.pop("max_tokens"), **args)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(InputError, match="takes a llama_cpp.Llama"):
+        generate("model.gguf", [1], 4)
