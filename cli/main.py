@@ -1,10 +1,10 @@
-"""`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, bench)."""
+"""`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, generate, model, bench)."""
 
 from __future__ import annotations
 
 import typer
 
-from . import bench_cmd, cache_cmds, calibrate_cmd, demo, tokenize_cmd
+from . import bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, tokenize_cmd
 from .common import run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
@@ -13,6 +13,8 @@ cache_cmds.register(app)
 demo.register(app)
 tokenize_cmd.register(app)
 calibrate_cmd.register(app)
+generate_cmd.register(app)
+model_cmd.register(app)
 bench_cmd.register(app)
 
 

@@ -190,3 +190,70 @@ def test_bad_input_is_one_line(llm, kwargs, match):
     assert "\n" not in str(exc.value)
     with pytest.raises(InputError, match="takes a llama_cpp.Llama"):
         generate("model.gguf", [1], 4)
+
+
+# `lookupkit generate`, the real command (typer's CliRunner on the umbrella app), on the tiny model
+
+def cli(*args):
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.main import app
+
+    return CliRunner().invoke(app, ["generate", *map(str, args)])
+
+
+def test_generate_command_reports_both_runs_and_a_verdict(tiny_gguf, static_path):
+    r = cli("-m", tiny_gguf, "-lcs", static_path, "-p", PROMPT, "-n", 60, "-t", 1, "-c", 512, "--draft", 16, "-q")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "plain       60 tokens" in out and "drafted     60 tokens" in out and "outputs: identical" in out
+    assert f"-lcs {static_path}" in out and "accepted per call" in out
+    import re
+    assert re.search(r"^drafting (pays|does not pay|breaks even) on this model: \d+\.\d\dx", out, re.M), out
+
+
+def test_generate_command_json_with_the_policy_and_a_verify_cost(tiny_gguf, static_path, prompt):
+    import json
+
+    r = cli("-m", tiny_gguf, "-lcs", static_path, "-p", PROMPT, "-n", 50, "-t", 1, "-c", 512, "--draft", 32,
+            "--policy", "lookupkit", "--verify-cost", "0.1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["prompt_tokens"] == len(prompt) and doc["first_divergence"] is None
+    assert doc["plain"]["tokens"] == doc["drafted"]["tokens"] == 50 and doc["plain"]["drafted"] == 0
+    assert doc["drafted"]["accepted"] > 0 and doc["predicted_speedup"] > 1 and doc["policy"] == "lookupkit"
+    assert doc["speedup"] == pytest.approx(doc["drafted"]["tokens_per_s"] / doc["plain"]["tokens_per_s"])
+    assert doc["verdict"].startswith("drafting ")
+
+
+def test_generate_command_refuses_bad_input_in_one_line(tiny_gguf, tmp_path):
+    from cli_checks import assert_one_line_error
+
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"not a model at all")
+    prompt = tmp_path / "empty.txt"
+    prompt.write_text("  \n")
+    base = ["-t", 1, "-q"]
+    cases = [
+        (["-m", tiny_gguf, "-lcs", foreign_static(tmp_path / "qwen2.lkc"), "-p", PROMPT], "was built for qwen2"),
+        (["-m", tmp_path / "missing.gguf", "-p", PROMPT], "does not exist"),
+        (["-m", "no-such-model", "-p", PROMPT], "lookupkit also knows gemma-3-270m"),
+        (["-m", fake, "-p", PROMPT], "is not a GGUF model file"),
+        (["-m", tiny_gguf, "-p", PROMPT * 40, "-c", 64], "is too small"),
+        (["-m", tiny_gguf, "-p", PROMPT, "-n", 600, "-c", 512], "-c 512 is too small"),
+        (["-m", tiny_gguf, "-f", prompt], "the prompt is empty"),
+        (["-m", tiny_gguf, "-p", ""], "the prompt is empty"),
+        (["-m", tiny_gguf], "exactly one of -p TEXT or -f FILE"),
+        (["-m", tiny_gguf, "-p", PROMPT, "-f", prompt], "exactly one of -p TEXT or -f FILE"),
+        (["-m", tiny_gguf, "-p", PROMPT, "--draft", 0], "--draft must be between 1 and 256"),
+        (["-m", tiny_gguf, "-p", PROMPT, "--draft", 100000], "--draft must be between 1 and 256"),
+        (["-m", tiny_gguf, "-p", PROMPT, "-f", tmp_path / "nope.txt"], "exactly one of"),
+        (["-m", tiny_gguf, "-f", tmp_path / "nope.txt"], "prompt file"),
+        (["-m", tiny_gguf, "-p", PROMPT, "-lcd", static_path_of(tmp_path)], "a static cache"),
+    ]
+    for args, fragment in cases:
+        assert_one_line_error(cli(*args, *base), fragment)
+
+
+def static_path_of(tmp_path):
+    return static_from_text("a b c a b d\n", tmp_path / "as-dynamic.lkc")
