@@ -2,25 +2,36 @@
 
 `write_qwen2_gguf` writes a qwen2-architecture GGUF with Qwen2.5-0.5B's layer sizes (24 layers, hidden
 896, FFN 4864, 14 heads, 2 KV heads, head dim 64, tied output embedding, q/k/v biases) and the
-tokenizer.* metadata of a qwen2 GGUF vocabulary, so llama.cpp loads and tokenizes it and lookupkit's
-qwen2 caches apply. Weights are random (seeded), quantized to Q8_0 with gguf's own quantize helper
-(or F16). Timing a forward pass depends on the shapes and the weight type, not the values, so the
-verify-cost curve measured on it is the real model's on this machine to the extent that matmul speed
-does not depend on values. Models are cached outside the repository (never committed):
+tokenizer.* metadata of a GGUF vocabulary (its size sets the embedding's), so llama.cpp loads and
+tokenizes it and caches of that vocabulary apply: qwen2's (../shared/vocab) gives Qwen2.5-0.5B's exact
+shapes, the bundled gpt-2 one (the command's default, needs nothing from ../shared) the same layers
+with a 50,257-row embedding. Weights are random (seeded), F16 by default, or F32, or Q8_0 (gguf's own
+quantize helper). Q8_0 is not the default: llama-cpp-python built with its default flags segfaults on
+Q8_0 and Q4_K models on CPUs that report AMX (see .ci/run). Timing a forward pass depends on the shapes
+and the weight type, not the values, so the verify-cost curve measured on it is the real model's on
+this machine to the extent that matmul speed does not depend on values. Models are cached outside the
+repository (never committed):
 
-    python -m lookupkit.bench.models [--type Q8_0|F16] [--out PATH]    # prints the path
+    python -m lookupkit.bench.models [--type F16|F32|Q8_0] [--vocab VOCAB.gguf] [--out PATH]  # prints the path
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import asdict, dataclass
+from importlib import resources
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
+
 QWEN2_VOCAB = Path(__file__).resolve().parents[1].parent / "shared" / "vocab" / "ggml-vocab-qwen2.gguf"
+BUNDLED_VOCAB = Path(str(resources.files("lookupkit") / "data" / "ggml-vocab-gpt-2.gguf"))
+TYPES = ("F16", "F32", "Q8_0")
+DEFAULT_TYPE = "F16"
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,7 @@ class Shape:
     n_head: int = 14
     n_head_kv: int = 2
     head_dim: int = 64
-    n_vocab: int = 151936
+    n_vocab: int | None = None  # None: the vocabulary's own size
     n_ctx: int = 32768
     rope_base: float = 1_000_000.0
     rms_eps: float = 1e-6
@@ -45,17 +56,25 @@ def bench_dir() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "lookupkit") / "bench"
 
 
-def default_model_path(qtype: str = "Q8_0") -> Path:
-    return bench_dir() / f"qwen2.5-0.5b-shape-random-{qtype.lower()}.gguf"
+def default_model_path(qtype: str = DEFAULT_TYPE, vocab: Path = QWEN2_VOCAB, n_layer: int = QWEN25_05B.n_layer) -> Path:
+    tag = "" if Path(vocab) == QWEN2_VOCAB else f"{Path(vocab).stem.removeprefix('ggml-vocab-')}-vocab-"
+    tag += "" if n_layer == QWEN25_05B.n_layer else f"{n_layer}-layer-"
+    return bench_dir() / f"qwen2.5-0.5b-shape-{tag}random-{qtype.lower()}.gguf"
 
 
-def write_qwen2_gguf(path: Path, shape: Shape = QWEN25_05B, qtype: str = "Q8_0", vocab: Path = QWEN2_VOCAB,
+def write_qwen2_gguf(path: Path, shape: Shape = QWEN25_05B, qtype: str = DEFAULT_TYPE, vocab: Path = QWEN2_VOCAB,
                      seed: int = 0, embd_scale: float = 0.2) -> Path:
     """Write the random-weight model (atomically: PATH.tmp, then rename)."""
     import gguf
 
-    qt = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "F16": gguf.GGMLQuantizationType.F16}[qtype]
-    ftype = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "F16": gguf.LlamaFileType.MOSTLY_F16}[qtype]
+    if qtype not in TYPES:
+        raise InputError(f"weight type must be one of {', '.join(TYPES)}, got {qtype!r}")
+    n_vocab = vocab_size(vocab)
+    if shape.n_vocab not in (None, n_vocab):
+        raise InputError(f"{vocab} has {n_vocab} tokens, the shape {shape.n_vocab}")
+    qt = getattr(gguf.GGMLQuantizationType, qtype)
+    ftype = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "F16": gguf.LlamaFileType.MOSTLY_F16,
+             "F32": gguf.LlamaFileType.ALL_F32}[qtype]
     rng = np.random.default_rng(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,9 +91,6 @@ def write_qwen2_gguf(path: Path, shape: Shape = QWEN25_05B, qtype: str = "Q8_0",
     w.add_layer_norm_rms_eps(shape.rms_eps)
     w.add_file_type(ftype)
     reader = gguf.GGUFReader(vocab)
-    n_tokens = len(reader.fields["tokenizer.ggml.tokens"].data)
-    if n_tokens != shape.n_vocab:
-        raise ValueError(f"{vocab} has {n_tokens} tokens, the shape {shape.n_vocab}")
     for key, field in reader.fields.items():
         if key.startswith("tokenizer."):
             sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
@@ -82,6 +98,8 @@ def write_qwen2_gguf(path: Path, shape: Shape = QWEN25_05B, qtype: str = "Q8_0",
 
     def matrix(rows, cols, scale=None):
         a = (rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(scale or cols ** -0.5))
+        if qt == gguf.GGMLQuantizationType.F32:
+            return a, None
         if qt == gguf.GGMLQuantizationType.F16:
             return a.astype(np.float16), None
         return gguf.quants.quantize(a, qt), qt
@@ -95,7 +113,7 @@ def write_qwen2_gguf(path: Path, shape: Shape = QWEN25_05B, qtype: str = "Q8_0",
                 else (rng.standard_normal(n, dtype=np.float32) * np.float32(0.02))), None
 
     d, kv = shape.n_embd, shape.head_dim * shape.n_head_kv
-    add("token_embd.weight", matrix(shape.n_vocab, d, embd_scale))  # tied: no output.weight
+    add("token_embd.weight", matrix(n_vocab, d, embd_scale))  # tied: no output.weight
     add("output_norm.weight", vec(d, 1.0))
     for i in range(shape.n_layer):
         b = f"blk.{i}."
@@ -119,22 +137,45 @@ def write_qwen2_gguf(path: Path, shape: Shape = QWEN25_05B, qtype: str = "Q8_0",
     return path
 
 
-def ensure_model(qtype: str = "Q8_0", path: Path | None = None, log=print) -> Path:
-    """The cached model, written first if absent (~20 s and ~1.5 GB of RAM for Q8_0)."""
-    path = Path(path or default_model_path(qtype))
+def vocab_size(vocab: Path) -> int:
+    """Tokens in a GGUF vocabulary (a missing file is one line naming --vocab)."""
+    import gguf
+
+    if not Path(vocab).is_file():
+        raise InputError(f"vocabulary {vocab} does not exist (give another with --vocab, e.g. {BUNDLED_VOCAB})")
+    return len(gguf.GGUFReader(vocab).fields["tokenizer.ggml.tokens"].data)
+
+
+def ensure_model(qtype: str = DEFAULT_TYPE, path: Path | None = None, log=print, vocab: Path = QWEN2_VOCAB,
+                 shape: Shape = QWEN25_05B) -> Path:
+    """The cached model, written first if absent (~20 s and ~1.5 GB of RAM for the full shape)."""
+    path = Path(path or default_model_path(qtype, vocab, shape.n_layer))
     if not path.exists():
-        log(f"writing a random-weight Qwen2.5-0.5B-shaped {qtype} GGUF to {path} (once) ...")
-        write_qwen2_gguf(path, qtype=qtype)
+        vocab_size(vocab)
+        log(f"writing a random-weight Qwen2.5-0.5B-shaped {qtype} GGUF with the vocabulary of {vocab} to {path} "
+            f"(once) ...")
+        write_qwen2_gguf(path, shape=shape, qtype=qtype, vocab=vocab)
     return path
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m lookupkit.bench.models")
-    p.add_argument("--type", choices=["Q8_0", "F16"], default="Q8_0")
+    p.add_argument("--type", choices=TYPES, default=DEFAULT_TYPE,
+                   help=f"weight type (default {DEFAULT_TYPE}; Q8_0 crashes llama-cpp-python builds with AMX kernels)")
+    p.add_argument("--vocab", type=Path, default=BUNDLED_VOCAB,
+                   help="GGUF vocabulary (default: the bundled gpt-2; ../shared/vocab/ggml-vocab-qwen2.gguf gives "
+                        "Qwen2.5-0.5B's exact embedding)")
+    p.add_argument("--n-layer", type=int, default=QWEN25_05B.n_layer, help="layers (default Qwen2.5-0.5B's 24)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
-    print(ensure_model(a.type, a.out))
-    print(asdict(QWEN25_05B))
+    if a.n_layer < 1:
+        p.error(f"--n-layer must be at least 1, got {a.n_layer}")
+    shape = replace(QWEN25_05B, n_layer=a.n_layer)
+    try:
+        print(ensure_model(a.type, a.out, vocab=a.vocab, shape=shape, log=lambda m: print(m, file=sys.stderr)))
+    except InputError as exc:
+        p.exit(2, f"error: {exc}\n")
+    print(asdict(replace(shape, n_vocab=vocab_size(a.vocab))))
 
 
 if __name__ == "__main__":

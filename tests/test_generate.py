@@ -257,3 +257,26 @@ def test_generate_command_refuses_bad_input_in_one_line(tiny_gguf, tmp_path):
 
 def static_path_of(tmp_path):
     return static_from_text("a b c a b d\n", tmp_path / "as-dynamic.lkc")
+
+
+def test_bench_models_writes_an_f16_model_without_shared_that_generates(tmp_path):
+    """`python -m lookupkit.bench.models` needs nothing from ../shared (the bundled vocabulary) and does not
+    default to Q8_0, which crashes llama-cpp-python builds with AMX kernels."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LOOKUPKIT_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "lookupkit.bench.models", "--n-layer", "1"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    path = r.stdout.splitlines()[0]
+    assert path.startswith(str(tmp_path)) and path.endswith("random-f16.gguf") and "'n_vocab': 50257" in r.stdout
+    m = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=1, n_threads_batch=1, verbose=False)
+    ids = m.tokenize(PROMPT.encode())
+    plain = generate(m, ids, 12, stop_at_eos=False)
+    assert len(plain.tokens) == 12 and generate(m, ids, 12, drafter=Drafter(), stop_at_eos=False).tokens
+    m.close()
+    bad = subprocess.run([sys.executable, "-m", "lookupkit.bench.models", "--vocab", str(tmp_path / "none.gguf")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--vocab" in bad.stderr
