@@ -126,6 +126,25 @@ def test_a_new_prompt_restarts_and_learns_the_previous_sequence(tiny_gguf, plain
     assert s["accepted"] == rep_a.n_accepted[:-1].sum() + rep_b.n_accepted[:-1].sum()
 
 
+def test_the_readme_form_binds_itself_and_runs_past_n_batch(tiny_gguf, plain, static_path):
+    """Llama(draft_model=LookupDraftModel(...)) without logits_all: llama-cpp-python sizes its logits buffer
+    for n_batch rows; the hook binds to the Llama at its first call and makes room, so the history may pass
+    n_batch (it failed with "could not broadcast input array ... into shape (0,)")."""
+    prompts, outs = plain
+    draft = LookupDraftModel(static=static_path, n_draft=8)
+    llm = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=N_CTX, n_batch=32, n_threads=1, n_threads_batch=1,
+                          verbose=False, draft_model=draft)
+    assert len(prompts[0]) < 32 < len(prompts[0]) + N_NEW
+    assert generate(llm, prompts[0]) == outs[0]
+    assert draft.n_ctx == N_CTX and draft.n_drafted > 0
+    long = (prompts[1] * 10)[:100]  # a first prompt past n_batch: bind before generating
+    draft2 = LookupDraftModel(n_draft=8)
+    llm2 = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=N_CTX, n_batch=32, n_threads=1, n_threads_batch=1,
+                           verbose=False, draft_model=draft2)
+    draft2.bind(llm2)
+    assert generate(llm2, long, 40) == generate(llama(tiny_gguf), long, 40)
+
+
 def test_load_llama_checks_the_vocabulary_then_drafts(tiny_gguf, plain, static_path):
     prompts, outs = plain
     llm = load_llama(tiny_gguf, static=static_path, n_draft=4, n_ctx=N_CTX, n_threads=1, n_threads_batch=1,
@@ -182,6 +201,7 @@ def test_a_cache_for_another_vocabulary_is_refused_with_both_names(tiny_gguf, tm
     foreign = foreign_static(tmp_path / "qwen2.lkc")
     for attempt in (lambda: LookupDraftModel(static=foreign, model=tiny_gguf),
                     lambda: LookupDraftModel(static=foreign).bind(llama(tiny_gguf)),
+                    lambda: generate(llama(tiny_gguf, LookupDraftModel(static=foreign)), [1, 2, 3], 4),  # first call
                     lambda: load_llama(tiny_gguf, static=foreign, verbose=False)):
         with pytest.raises(VocabMismatchError) as exc:
             attempt()
