@@ -108,6 +108,8 @@ def create(
         print_json(summary)
     elif not quiet:
         typer.echo("\n".join(summary_lines(summary)))
+    if hasattr(tokenizer, "speed_line"):  # llama.cpp encoded the text: never silently
+        typer.echo(tokenizer.speed_line(), err=True)
 
 
 def _budget(text: str) -> int:
@@ -128,9 +130,19 @@ def _order_params(text: str, min_total: int, min_share: float) -> OrderParams | 
 
 
 def _tokenizer(model: Path | None):
-    from ..tokenizer.encode import Tokenizer
+    """The vocabulary's tokenizer; one lookupkit does not encode goes through llama-cpp-python if
+    installed, announced on stderr (and its speed after a build)."""
+    from importlib.util import find_spec
 
-    return Tokenizer.from_file(model) if model is not None else Tokenizer.default()
+    from ..tokenizer.encode import FALLBACK, Tokenizer
+
+    if model is None:
+        return Tokenizer.default()
+    tok = Tokenizer.from_file(model, fallback=FALLBACK if find_spec("llama_cpp") else None)
+    if hasattr(tok, "speed_line"):
+        typer.echo(f"note: {model}: {tok.reason}; encoding it through llama-cpp-python {tok.version} "
+                   "(exact, whole texts, one core)", err=True)
+    return tok
 
 
 def summary_lines(s: dict) -> list[str]:

@@ -17,27 +17,21 @@ import numpy as np
 import regex
 
 from . import backends as bb
-from ..errors import FormatError
-from .vocab import BYTE, CONTROL, FIM_TEXTS, UNKNOWN, USER_DEFINED, Vocab, fingerprint, load as load_vocab
-
-# llama.cpp marks these texts control even when the GGUF says normal (end-of-generation list;
-# it covers the EOT and EOM candidates too). qwen2's normal "</s>" is the case that matters here.
-_EOG_TEXTS = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
-}
-_FORCED_USER_DEFINED = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}  # gpt-oss hack
+from .specials import Partition, special_tokens
+from ..errors import InputError
+from .spm import SpmBackend, TiedScores
+from .vocab import BYTE, UNKNOWN, UnsupportedVocab, Vocab, fingerprint, load as load_vocab
 
 # Where a long text may be cut without changing any id: just after a "\n" that follows a non-space
 # and precedes a letter (docs/tokenizers.md), or just after a "\n" followed by " " + letter
 # (WikiText-style lines begin and end with a space, so the first rule never fires there). With
 # the GPT-2, Llama 3 and Qwen2 regexes such a "\n" ends a piece and a new piece starts after it
-# whether or not more text follows; deepseek-coder isolates every "\n", and SentencePiece never
-# merges across one (no token contains it). Cuts inside special tokens are excluded by `cuttable`.
+# whether or not more text follows; deepseek-coder isolates every "\n"; SentencePiece merges
+# across it only into a token holding "\n" + a character. `cut_safety` says when a vocabulary's
+# special tokens and strip attributes keep these cuts safe (else `cuttable` is False).
 SAFE_CUT = regex.compile(r"(?<=\S)\n(?=[A-Za-z])|\n(?= [A-Za-z])")
 _PIECE = 1 << 20
+FALLBACK = "llama-cpp"  # Tokenizer.from_file(..., fallback=FALLBACK): llama.cpp encodes what lookupkit cannot
 
 
 class Tokenizer:
@@ -45,24 +39,41 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocab):
         v = self._v = vocab
+        if v.unsupported:
+            raise UnsupportedVocab(v.unsupported)
         self.name = v.pre if v.model == "gpt2" else "llama-spm"
         self.n_vocab = len(v.tokens)
         self.bos_id, self.add_bos = v.bos_id, v.add_bos
         self.eos_id, self.add_eos = v.eos_id, v.add_eos
         self.fingerprint = fingerprint(v)
-        specials = _special_tokens(v)
-        self._specials = sorted(specials, key=lambda s: (-len(s[0].encode("utf-8", "surrogateescape")), s[1]))
-        self._special_ids = {tid for _, tid, _ in specials}
-        self._finder = {ps: _finder([s for s in self._specials if ps or s[2]]) for ps in (False, True)}
-        self._cuttable = not any("\n" in s for s, _, _ in specials)
-        self._backend = _make_backend(v)
+        specials = special_tokens(v)
+        self._partition = Partition(specials)
+        self._special_ids = {s.id for s in specials}
+        self._cut_refusal = cut_safety(v, specials)
+        self._backends: dict = {}  # parse_special -> backend (SentencePiece: one per mode)
+        self._backend(True)
         self.bundled = False  # True for Tokenizer.default(): errors then say that no -m was given
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path) -> "Tokenizer":
-        """Load a GGUF vocabulary (tokenizer.ggml.*) or a HF tokenizer.json (byte-level BPE)."""
-        return cls(load_vocab(path))
+    def from_file(cls, path, fallback: str | None = None) -> "Tokenizer":
+        """Load a GGUF vocabulary (tokenizer.ggml.*) or a HF tokenizer.json (byte-level BPE).
+
+        A vocabulary lookupkit does not encode itself is refused in one line, or with
+        fallback="llama-cpp" encoded by llama.cpp through llama-cpp-python (`LlamaCppTokenizer`:
+        exact by construction, whole texts only, slower); any GGUF with a vocabulary works then.
+        """
+        if fallback not in (None, FALLBACK):
+            raise InputError(f"unknown tokenizer fallback {fallback!r} (the one there is: {FALLBACK!r})")
+        try:
+            return cls(load_vocab(path))
+        except UnsupportedVocab as exc:
+            if fallback is None:
+                raise UnsupportedVocab(f"{exc}; with llama-cpp-python installed lookup-create encodes it through "
+                                       "llama.cpp (Tokenizer.from_file(path, fallback='llama-cpp'))") from None
+            from .llama_engine import LlamaCppTokenizer
+
+            return LlamaCppTokenizer(path, load_vocab(path, strict=False), str(exc))
 
     @classmethod
     def default(cls) -> "Tokenizer":
@@ -96,7 +107,7 @@ class Tokenizer:
             if not chunk:
                 continue
             probe = tail + chunk
-            cut = self._last_cut(probe) if self._cuttable else 0
+            cut = self._last_cut(probe) if self.cuttable else 0
             if cut:
                 buf = "".join(pending) + chunk
                 cut += len(buf) - len(probe)
@@ -109,8 +120,8 @@ class Tokenizer:
 
     @property
     def cuttable(self) -> bool:
-        """False when a special token contains "\\n" (a cut could split it): encode texts whole."""
-        return self._cuttable
+        """False when a SAFE_CUT could change an id for this vocabulary (`cut_safety`): encode whole."""
+        return self._cut_refusal is None
 
     def encode_segment(self, text: str, first: bool, last: bool, add_special: bool = True,
                        parse_special: bool = True) -> np.ndarray:
@@ -150,76 +161,66 @@ class Tokenizer:
                  at_start: bool = True) -> np.ndarray:
         parts = [np.array([self.bos_id], np.int32)] if bos and self.add_bos else []
         prev_special = at_start
-        for frag in self._partition(text, parse_special):
+        backend = self._backend(parse_special)
+        frags = self._partition.split(text, parse_special)
+        if hasattr(backend, "encode_parts"):
+            parts.append(backend.encode_parts(frags, at_start))
+            frags = []
+        for frag in frags:
             if isinstance(frag, int):
                 parts.append(np.array([frag], np.int32))
                 prev_special = True
             else:
-                parts.append(self._backend.encode(frag, prev_special))
+                parts.append(backend.encode(frag, prev_special))
                 prev_special = False
         if eos and self.add_eos:
             parts.append(np.array([self.eos_id], np.int32))
         return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
-    def _partition(self, text: str, parse_special: bool) -> list:
-        """llama.cpp's tokenizer_st_partition: for each special token, longest first, split every
-        remaining text fragment at its occurrences (left to right, non-overlapping)."""
-        finder = self._finder[parse_special]
-        if not text or finder is None:
-            return [text] if text else []
-        # the longest special starting at each position; every special that occurs is a prefix
-        # of one of these, so only those need the exact (slow) pass
-        found = {m.group() for m in finder.finditer(text, overlapped=True)}
-        if not found:
-            return [text]
-        present = {s[:k] for s in found for k in range(1, len(s) + 1)}
-        frags: list = [text]
-        for s, tid, always in self._specials:
-            if s not in present or not (always or parse_special):
-                continue
-            new: list = []
-            for f in frags:
-                if isinstance(f, int) or s not in f:
-                    new.append(f)
-                    continue
-                for k, piece in enumerate(f.split(s)):
-                    if k:
-                        new.append(tid)
-                    if piece:
-                        new.append(piece)
-            frags = new
-        return frags
+    def _backend(self, parse_special: bool):
+        """The engine for fragments of this parse_special mode (BPE: one for both)."""
+        key = parse_special if self._v.model == "llama" else True
+        if key not in self._backends:
+            split = {s.id for s in self._partition.specials if s.always or parse_special}
+            self._backends[key] = _make_backend(self._v, split)
+        return self._backends[key]
 
 
-def _finder(specials: list) -> regex.Pattern | None:
-    if not specials:
-        return None
-    return regex.compile("|".join(regex.escape(s) for s, _, _ in specials))
+def cut_safety(v: Vocab, specials: list) -> str | None:
+    """Why a SAFE_CUT could change an id for this vocabulary, or None when every one is safe.
 
-
-def _special_tokens(v: Vocab) -> list:
-    """(text, id, split_even_without_parse_special) of every token llama.cpp splits out first."""
-    forced = set(_EOG_TEXTS)
-    for (kind, _), texts in FIM_TEXTS.items():
-        if kind not in v.fim_named:
-            forced |= texts
-    out = []
-    for i, (t, ty) in enumerate(zip(v.tokens, v.types)):
-        control = ty in (CONTROL, UNKNOWN) or t in forced
-        user = ty == USER_DEFINED
-        if t in _FORCED_USER_DEFINED:
-            control, user = False, True
-        if control or user:
-            out.append((t, i, not control))
-    return out
-
-
-def _make_backend(v: Vocab):
+    A cut sits just after a "\\n" followed by a letter or " " + letter. It is safe when (1) no
+    special token spans it (none holds "\\n" + another character: runs of "\\n" are fine, as in
+    Gemma), (2) no rstrip token could eat the " " after it, and for SentencePiece (3) no mergeable
+    token holds "\\n" + a character and (4) no special "\\n" makes the next fragment take a space
+    prefix. A vocabulary whose "\\n\\n" is a token is still cut only at a single "\\n" + letter.
+    """
+    if any(regex.search(r"\n[^\n]", s.text) for s in specials):
+        return "a special token holds a newline followed by another character"
+    if any(s.rstrip for s in specials):
+        return "a special token strips the whitespace after it"
     if v.model == "llama":
-        if any("\n" in t for t in v.tokens):
-            raise FormatError("SentencePiece vocabularies with tokens containing '\\n' are not supported")
-        unk = next((t for t, ty in zip(v.tokens, v.types) if ty == UNKNOWN), None)
-        return bb.HFBackend.sentencepiece(v.tokens, v.scores, unk, v.add_space_prefix)
+        always = {s.id for s in specials if s.always}
+        if any("\n" in t and regex.search(r"\n[^\n]", t) for i, t in enumerate(v.tokens) if i not in always):
+            return "a mergeable token holds a newline followed by another character"
+        if v.add_space_prefix and any("\n" in s.text for s in specials):
+            return "a special newline token is followed by a space prefix"
+    return None
+
+
+def _make_backend(v: Vocab, split: set):
+    if v.model == "llama":
+        try:
+            return SpmBackend(v.pre, v.tokens, v.scores, split, v.add_space_prefix)
+        except TiedScores as exc:
+            # the HF rebuild orders tied merges by position too; it needs lines without "\n" tokens
+            if any("\n" in t for t in v.tokens):
+                raise UnsupportedVocab(f"unsupported SentencePiece (llama) vocabulary: {exc}") from None
+            unk = next((t for t, ty in zip(v.tokens, v.types) if ty == UNKNOWN), None)
+            return bb.HFBackend.sentencepiece(v.tokens, v.scores, unk, v.add_space_prefix)
     if len(v.regexes) == 1:
-        return bb.TiktokenBackend(v.pre, v.tokens, v.regexes[0])
+        try:
+            return bb.TiktokenBackend(v.pre, v.tokens, v.regexes[0])
+        except bb.MissingBytes:
+            pass  # HF's BPE, like llama.cpp, copes with byte strings that are not tokens
     return bb.HFBackend.byte_level(v.tokens, v.merges, v.regexes, v.ignore_merges, SAFE_CUT)

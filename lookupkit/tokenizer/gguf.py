@@ -117,7 +117,7 @@ class _Cursor:
         return arr
 
 
-def read_metadata(path, prefix: str = "") -> dict:
+def read_metadata(path, prefix: str | tuple = "") -> dict:
     """Return {key: value} of the GGUF metadata whose key starts with `prefix`.
 
     Scalars become int/float/bool/str, string arrays lists of str, numeric arrays `array.array`.

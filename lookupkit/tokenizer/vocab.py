@@ -21,6 +21,10 @@ from ..errors import FormatError
 from ..files import open_input
 from .gguf import GGUF_MAGIC, read_metadata
 
+class UnsupportedVocab(FormatError):
+    """A valid vocabulary whose tokenizer lookupkit does not reproduce (llama.cpp's may: fallback)."""
+
+
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 # FIM markers, forced to control only when the GGUF does not name that FIM token (llama.cpp picks
@@ -56,15 +60,23 @@ class Vocab:
     regexes: list | None = None
     ignore_merges: bool = False
     fim_named: set = field(default_factory=set)  # FIM kinds whose id the file names
+    strip: dict = field(default_factory=dict)    # id -> (lstrip, rstrip), llama.cpp's per-model attributes
+    unsupported: str | None = None               # why lookupkit cannot encode it (load(strict=False))
 
 
-def load(path) -> Vocab:
-    """A GGUF vocabulary (tokenizer.ggml.*) or a HF tokenizer.json (byte-level BPE), by content."""
+def load(path, strict: bool = True) -> Vocab:
+    """A GGUF vocabulary (tokenizer.ggml.*) or a HF tokenizer.json (byte-level BPE), by content.
+
+    An unsupported tokenizer model or pre-tokenizer raises UnsupportedVocab, or with strict=False
+    is returned with `unsupported` saying why (its facts still fingerprint it)."""
     p = Path(path)
     with open_input(p, "vocabulary") as f:
         head = f.read(64)
     if head[:4] == GGUF_MAGIC:
-        return _vocab_from_gguf(p)
+        v = _vocab_from_gguf(p)
+        if strict and v.unsupported:
+            raise UnsupportedVocab(f"{p}: {v.unsupported}")
+        return v
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":
         return _vocab_from_hf_json(p)
     raise FormatError(f"{p}: neither a GGUF file nor a HF tokenizer.json")
@@ -75,6 +87,8 @@ def fingerprint(v: Vocab) -> str:
     h = hashlib.sha256(b"lookupkit-vocab-1\0")
     head = [v.model, v.pre, len(v.tokens), v.bos_id, v.eos_id, v.add_bos, v.add_eos,
             v.add_space_prefix, v.ignore_merges, v.regexes]
+    if v.strip:  # only where llama.cpp sets them, so other fingerprints stay as they were
+        head.append(sorted([i, *f] for i, f in v.strip.items()))
     h.update(json.dumps(head).encode())
     for strings in (v.tokens, v.merges or []):
         enc = [s.encode("utf-8", "surrogateescape") for s in strings]
@@ -87,7 +101,7 @@ def fingerprint(v: Vocab) -> str:
 
 
 def _vocab_from_gguf(path: Path) -> Vocab:
-    md = read_metadata(path, "tokenizer.ggml.")
+    md = read_metadata(path, ("tokenizer.ggml.", "general.name", "general.architecture"))
 
     def get(key, kind, default=None):
         val = md.get("tokenizer.ggml." + key, default)
@@ -107,12 +121,14 @@ def _vocab_from_gguf(path: Path) -> Vocab:
     v = Vocab(model=model, pre=get("pre", str, "default"), tokens=tokens, types=list(types[:n]),
                merges=None, scores=None, bos_id=None, eos_id=None, add_bos=False, add_eos=False,
                add_space_prefix=False)
+    default_bos, default_eos = None, None
     if model == "gpt2":
         pre = bb.PRE_ALIASES.get(v.pre, v.pre)
-        if pre not in bb.PRE_TOKENIZERS:
-            raise FormatError(f"{path}: unsupported pre-tokenizer {v.pre!r}")
-        v.regexes, v.ignore_merges, v.add_bos = bb.PRE_TOKENIZERS[pre]
-        v.regexes = list(v.regexes)
+        if pre in bb.PRE_TOKENIZERS:
+            v.regexes, v.ignore_merges, v.add_bos = bb.PRE_TOKENIZERS[pre]
+            v.regexes = list(v.regexes)
+        else:
+            v.unsupported = f"unsupported pre-tokenizer {v.pre!r} (BPE vocabulary)"
         v.merges = get("merges", list)
         if v.merges is None or not all(isinstance(m, str) for m in v.merges):
             raise FormatError(f"{path}: BPE vocabulary without string tokenizer.ggml.merges")
@@ -125,7 +141,7 @@ def _vocab_from_gguf(path: Path) -> Vocab:
         v.add_bos, v.add_space_prefix = True, True
         default_bos, default_eos = 1, 2
     else:
-        raise FormatError(f"{path}: unsupported tokenizer model {model!r} (need gpt2 or llama)")
+        v.unsupported = f"unsupported tokenizer model {model!r} (lookupkit encodes gpt2 BPE and llama SentencePiece)"
 
     def token_id(key, default):
         val = md.get(f"tokenizer.ggml.{key}_token_id")
@@ -138,8 +154,31 @@ def _vocab_from_gguf(path: Path) -> Vocab:
     v.add_space_prefix = bool(md.get("tokenizer.ggml.add_space_prefix", v.add_space_prefix))
     v.fim_named = {k for k, old in FIM_TEXTS if token_id(k, None) is not None
                    or (old and token_id(old, None) is not None)}
-    _check_special_ids(v, path)
+    if not v.unsupported:
+        _check_special_ids(v, path)
+    v.strip = _strip_attributes(v, md)
     return v
+
+
+def _strip_attributes(v: Vocab, md: dict) -> dict:
+    """llama.cpp's per-model lstrip/rstrip token attributes, chosen by model, pre-tokenizer or
+    architecture name (llama-vocab.cpp, "Handle per token attributes")."""
+    name = str(md.get("general.name", "")).lower()
+    arch, pre = str(md.get("general.architecture", "")), v.pre
+    ids = {t: i for i, t in enumerate(v.tokens)}
+    if any(k in pre for k in ("jina-v2-de", "jina-v2-es", "jina-v2-code", "mmbert")) or \
+            any(k in arch for k in ("nomic-bert-moe", "jina-bert-v3")):
+        return {ids["<mask>"]: (True, False)} if "<mask>" in ids else {}
+    if "phi-3" in name or "phi3" in name:
+        out = {i: (False, True) for i, ty in enumerate(v.types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)}
+        if "</s>" in ids:
+            out[ids["</s>"]] = (False, True)
+        for t in ("<unk>", "<s>", "<|endoftext|>"):
+            out.pop(ids.get(t), None)
+        return out
+    if "modern-bert" in name and "[MASK]" in ids:
+        return {ids["[MASK]"]: (True, False)}
+    return {}
 
 
 def _unique_tokens(tokens: list, path) -> list:
