@@ -1,0 +1,70 @@
+"""What the engines bench measures beside tokens/s: what llama-server pays to load an .lcs against
+lookupkit's StaticCache.open, and what the replay predicts a generation costs.
+
+The prediction prices every call `replay_generation` finds on a row's own generated tokens with the
+calibrated curve (cost units of one plain decoding step); times the calibrated t1 it is the predicted
+generation time (bench/report_engines.py). The replay's calls are compared with the engine's own.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from . import llama_server
+
+
+def lcs_load_costs(binary: Path, model: Path, lcs: dict, threads: int, reps: int, logs: Path) -> list[dict]:
+    """What llama-server pays to load each .lcs: time to /health ready and memory, against no -lcs."""
+    out = []
+    for rep in range(reps):
+        for size, path in [(0, None), *sorted(lcs.items())]:
+            extra = ["--spec-type", "ngram-cache", "-lcs", str(path)] if path else []
+            with llama_server.Server(binary, model, extra, threads=threads, log=logs / f"load-{size}.log") as s:
+                out.append({"cache_mb": size, "rep": rep, "lcs_bytes": path.stat().st_size if path else 0,
+                            "t_ready_s": s.t_ready_s, "rss": s.memory_ready.get("VmRSS"),
+                            "hwm": s.memory_ready.get("VmHWM")})
+    return out
+
+
+def lookupkit_open_costs(caches: dict, reps: int) -> list[dict]:
+    """StaticCache.open of each .lkc (warm page cache) and its first lookup, in this process."""
+    from lookupkit import StaticCache
+
+    out = []
+    for size, path in sorted(caches.items()):
+        for rep in range(reps):
+            t0 = time.perf_counter()
+            with StaticCache.open(path) as cache:
+                t1 = time.perf_counter()
+                cache.find(2, 2)
+                t2 = time.perf_counter()
+            out.append({"cache_mb": size, "rep": rep, "lkc_bytes": path.stat().st_size, "t_open_s": t1 - t0,
+                        "t_first_find_s": t2 - t1})
+    return out
+
+
+def replay_prediction(row: dict, prompt: list[int], rec: dict, cost, statics: dict, policy_table=None) -> dict:
+    """replay_generation on the generated tokens: its calls (equal to the engine's?) priced by the curve."""
+    from lookupkit.replay import replay_generation
+
+    if row.get("kind") != "lookupkit":
+        calls = max(rec["n_gen"] - 1, 0)
+        return {"replay_calls": calls, "cost_units": float(calls), "replay_equal": None}
+    pol = None
+    static = statics.get(row["cache_mb"])
+    if row["policy"] == "lookupkit":
+        from lookupkit.draft.confidence import load as load_table
+        from lookupkit.draft.policy import make_policy
+        from lookupkit.rules import MAX_DRAFT
+
+        pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None))
+    seq = list(prompt) + rec["tokens"]
+    trace = replay_generation(seq, len(prompt) + 1, row["n_draft"], static=static, policy=pol)
+    drafted = trace.n_drafted.tolist()
+    equal = None
+    if rec.get("drafted_calls") is not None:
+        equal = (drafted == rec["drafted_calls"] and trace.n_accepted.tolist() == rec["accepted_calls"])
+    return {"replay_calls": len(drafted), "cost_units": float(cost.call_costs(trace.n_drafted).sum()),
+            "replay_drafted": int(sum(drafted)), "replay_accepted": int(trace.n_accepted.sum()),
+            "replay_equal": equal}

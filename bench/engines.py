@@ -1,0 +1,368 @@
+"""Gemma 3 270M side by side: lookupkit vs llama-server's own n-gram drafting vs transformers, in one run.
+
+Rows (each generates exactly --n-new greedy tokens per prompt, an end-of-generation token does not stop
+it; 2 threads): llama-server b11434 (built once by bench/llama_server.py) with no drafting, with
+`--spec-type ngram-cache -lcs <lookupkit-built .lcs>`, `ngram-mod` and `ngram-simple`; llama-cpp-python
+plain, its `LlamaPromptLookupDecoding`, lookupkit with llama.cpp's rule (context only and with each
+static cache) and with lookupkit's policy (the cost curve `lookupkit calibrate` measured on this
+model, drafts of up to 16 at every cache size and 8/32/64 with the largest); transformers plain, its
+`prompt_lookup_num_tokens` and lookupkit's `LookupGenerate`. Two floors of greedy divergence: a plain
+row whose batches hold 32 tokens (llama-cpp-python `plain-b32`, llama-server `none-b32`).
+
+Tasks: `wiki` (the first 250 words of a WikiText-103 *valid* paragraph of >= 250 words, held out from
+the caches' train corpus; text as WikiText stores it, " @-@ " etc. not undone), and `copy` (the same, a
+blank line, and its own first 12 words again, so that copying pays). Paragraphs: a seeded sample
+(random.Random(--seed).sample) of all such paragraphs in file order. Rows run interleaved prompt by
+prompt (their order rotated each prompt) in one session, every llama-server loaded at once, so load
+hits all alike; --reps repetitions of everything.
+
+    python -m lookupkit.bench.engines -m gemma-3-270m-q4_k_m.gguf --caches DIR [--curve curve.json]
+    python -m lookupkit.bench.engines -m MODEL --quick          # 2 prompts x 32 tokens, a smoke test
+
+--caches DIR holds gemma-wiki{25,100,541}.lkc (whichever exist are used; the missing are reported).
+Writes bench/results/engines-<date>-vm.json (--quick: engines-quick.json in the bench cache) and, with
+--report, bench/ENGINES.md and bench/plots/engines.png (bench/report_engines.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import LookupkitError, InputError
+from ..files import atomic_writer
+from . import llama_server
+from .engine_costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
+from .generations import PROMPT_WORDS, paragraphs, prompt_text
+from .models import bench_dir
+from .provenance import RESULTS, SHARED, git_state, machine
+
+VALID = SHARED / "corpora" / "wiki.valid.tokens"
+CACHE_SIZES = (25, 100, 541)  # MB of wiki541.txt.zst each static cache was built from
+SERVER_LCS_SIZE = 25  # the ngram-cache row's static cache (as in issue 13's first run)
+TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- prompts ---------------------------------------------------------------------------------------
+
+def select_paragraphs(path: Path, n: int, seed: int) -> list[str]:
+    if not path.is_file():
+        raise InputError(f"{path} not found: the bench takes its prompts from WikiText-103 valid (../shared/corpora)")
+    paras = paragraphs(path)
+    if len(paras) < n:
+        raise InputError(f"{path} has {len(paras)} paragraphs of >= {PROMPT_WORDS} words, {n} asked for")
+    return random.Random(seed).sample(paras, n)
+
+
+# -- rows ------------------------------------------------------------------------------------------
+
+def server_rows(lcs: Path | None) -> list[dict]:
+    rows = [{"name": "server:none", "engine": "llama-server", "plain": True, "args": []},
+            {"name": "server:none-b32", "engine": "llama-server", "floor": True, "args": ["-b", "32", "-ub", "32"]}]
+    if lcs is not None:
+        rows.append({"name": "server:ngram-cache", "engine": "llama-server", "lcs": str(lcs),
+                     "args": ["--spec-type", "ngram-cache", "-lcs", str(lcs)]})
+    rows += [{"name": f"server:{t}", "engine": "llama-server", "args": ["--spec-type", t]}
+             for t in ("ngram-mod", "ngram-simple")]
+    return rows
+
+
+def lcpp_rows(caches: dict, cost, policy_drafts, policy_n: int, rule_n: int, policy_table=None) -> list[dict]:
+    from lookupkit import Drafter
+
+    def drafter(static, policy):
+        if policy == "lookupkit":
+            return lambda: Drafter(static=static, policy="lookupkit", verify_cost=cost, policy_table=policy_table)
+        return lambda: Drafter(static=static)
+
+    rows = [{"name": "lcpp:plain", "engine": "llama-cpp-python", "kind": "plain", "plain": True},
+            {"name": "lcpp:plain-b32", "engine": "llama-cpp-python", "kind": "plain-b32", "floor": True},
+            {"name": "lcpp:pld8", "engine": "llama-cpp-python", "kind": "pld", "n_draft": 8}]
+    sizes = [0, *sorted(caches)]
+    for size in sizes:
+        rows.append({"name": f"lk:rule-{_cache_name(size)}", "engine": "llama-cpp-python", "kind": "lookupkit",
+                     "policy": "llama.cpp", "cache_mb": size, "n_draft": rule_n,
+                     "drafter": drafter(caches.get(size), "llama.cpp")})
+    for size in sizes:
+        rows.append({"name": f"lk:policy-{_cache_name(size)}-n{policy_n}", "engine": "llama-cpp-python",
+                     "kind": "lookupkit", "policy": "lookupkit", "cache_mb": size, "n_draft": policy_n,
+                     "drafter": drafter(caches.get(size), "lookupkit")})
+    for n in policy_drafts:
+        if n != policy_n:
+            rows.append({"name": f"lk:policy-{_cache_name(sizes[-1])}-n{n}", "engine": "llama-cpp-python",
+                         "kind": "lookupkit", "policy": "lookupkit", "cache_mb": sizes[-1], "n_draft": n,
+                         "drafter": drafter(caches.get(sizes[-1]), "lookupkit")})
+    return rows
+
+
+def hf_rows(caches: dict, hf_cost: float, policy_n: int, rule_n: int) -> list[dict]:
+    from lookupkit.integrations.transformers import LookupGenerate
+
+    size = SERVER_LCS_SIZE if SERVER_LCS_SIZE in caches else (min(caches) if caches else 0)
+    static = caches.get(size)
+    return [{"name": "hf:plain", "engine": "transformers", "kind": "plain", "plain": True},
+            {"name": "hf:pld8", "engine": "transformers", "kind": "pld", "n_draft": 8},
+            {"name": f"hf:lk-rule-{_cache_name(size)}", "engine": "transformers", "kind": "lookupkit",
+             "policy": "llama.cpp", "cache_mb": size, "n_draft": rule_n,
+             "generator": lambda: LookupGenerate(static=static, n_draft=rule_n)},
+            {"name": f"hf:lk-policy-{_cache_name(size)}-n{policy_n}", "engine": "transformers", "kind": "lookupkit",
+             "policy": "lookupkit", "cache_mb": size, "n_draft": policy_n, "verify_cost": hf_cost,
+             "generator": lambda: LookupGenerate(static=static, n_draft=policy_n, policy="lookupkit",
+                                                 verify_cost=hf_cost)}]
+
+
+def _cache_name(size: int) -> str:
+    return "ctx" if size == 0 else f"{size}MB"
+
+
+def public(row: dict) -> dict:
+    """A row's description as the results JSON keeps it (no callables)."""
+    return {k: v for k, v in row.items() if not callable(v)}
+
+
+# -- caches and the cost curve -----------------------------------------------------------------------
+
+def find_caches(folder: Path | None) -> tuple[dict, list[int]]:
+    """{size: path} of the gemma-wiki<size>.lkc in folder, and the sizes missing."""
+    found = {s: folder / f"gemma-wiki{s}.lkc" for s in CACHE_SIZES if folder and (folder / f"gemma-wiki{s}.lkc").is_file()}
+    return found, [s for s in CACHE_SIZES if s not in found]
+
+
+def to_lcs(lkc: Path, out_dir: Path) -> Path:
+    """llama.cpp's .lcs of a lookupkit cache (`lookupkit convert`), cached beside the bench's other files."""
+    out = out_dir / (lkc.stem + ".lcs")
+    if out.is_file() and out.stat().st_mtime >= lkc.stat().st_mtime:
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "lookupkit", "convert", str(lkc), str(out)], capture_output=True, text=True)
+    if proc.returncode:
+        raise InputError(f"lookupkit convert {lkc} {out} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    return out
+
+
+def calibrated_curve(model: Path, out: Path, max_k: int, reps: int, threads: int) -> Path:
+    """Run `lookupkit calibrate -m MODEL -o OUT --max-k K` (the command a user runs); returns OUT."""
+    cmd = [sys.executable, "-m", "lookupkit", "calibrate", "-m", str(model), "-o", str(out), "--max-k", str(max_k),
+           "--reps", str(reps), "--threads", str(threads)]
+    log("calibrating: " + " ".join(cmd[2:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise InputError(f"lookupkit calibrate failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    return out
+
+
+# -- measurements ----------------------------------------------------------------------------------
+
+def open_servers(rows, binary, model, threads, logs) -> dict:
+    servers = {}
+    for row in rows:
+        s = llama_server.Server(binary, model, row["args"], threads=threads, log=logs / (row["name"].replace(":", "-") + ".log"))
+        servers[row["name"]] = s.__enter__()
+        log(f"{row['name']}: ready in {s.t_ready_s:.2f} s, RSS {s.memory_ready.get('VmRSS', 0) / 2**20:.0f} MiB")
+    return servers
+
+
+def run_all(args, prompts: dict, rows: list[dict], runners: dict, cost, statics: dict) -> list[dict]:
+    """Every row on every prompt, rows rotated per prompt; one record per generation."""
+    runs = []
+    n_rows = len(rows)
+    for rep in range(args.reps):
+        for task in args.tasks:
+            for i, prompt in enumerate(prompts[task]):
+                shift = (i + rep * 7) % n_rows
+                for row in rows[shift:] + rows[:shift]:
+                    if row["engine"] == "transformers" and i >= args.hf_prompts:
+                        continue
+                    n = args.hf_n_new if row["engine"] == "transformers" else args.n_new
+                    load0 = os.getloadavg()[0]
+                    rec = runners[row["engine"]](row, prompt, n)
+                    rec.update(row=row["name"], task=task, prompt=i, rep=rep, n_prompt=len(prompt), load1=load0)
+                    if row["engine"] == "llama-cpp-python":
+                        rec.update(replay_prediction(row, prompt, rec, cost, statics, args.policy_table))
+                    runs.append(rec)
+                log(f"rep {rep} {task} prompt {i}: " + ", ".join(
+                    f"{r['row']} {r['n_gen'] / r['t_gen_s']:.0f}" for r in runs if r['rep'] == rep and r['task'] == task
+                    and r['prompt'] == i and r['t_gen_s'] > 0) + " tok/s")
+    return runs
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {"llama.cpp (llama-server)": f"b{llama_server.VERSION.split('.')[0]} ({llama_server.PACKAGE} {llama_server.VERSION})"}
+    for dist in ("lookupkit", "llama-cpp-python", "torch", "transformers", "gguf", "accelerate", "numpy", "numba"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.engines", description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", default="gemma-3-270m", help="a GGUF path or a lookupkit.models name "
+                    "(default gemma-3-270m: Gemma 3 270M Q4_K_M, assembled from its package)")
+    ap.add_argument("--caches", type=Path, help="folder with gemma-wiki{25,100,541}.lkc (lookupkit-built)")
+    ap.add_argument("--curve", type=Path, help="lookupkit calibrate curve of this model (default: measure one)")
+    ap.add_argument("--max-k", type=int, default=64, help="calibrate --max-k when the bench measures the curve")
+    ap.add_argument("--calibrate-reps", type=int, default=20)
+    ap.add_argument("--engines", default="llama-server,llama-cpp-python,transformers")
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--n-new", type=int, default=256)
+    ap.add_argument("--hf-prompts", type=int, default=4, help="prompts per task for the (slow) transformers rows")
+    ap.add_argument("--hf-n-new", type=int, default=128)
+    ap.add_argument("--hf-cost", type=float, default=0.1, help="the policy's constant verify cost in transformers")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rule-n", type=int, default=8, help="n_draft of llama.cpp's rule (llama-server's ngram-cache: 8)")
+    ap.add_argument("--policy-n", type=int, default=16, help="the policy's n_draft at every cache size")
+    ap.add_argument("--policy-drafts", default="8,32,64", help="more n_draft for the policy with the largest cache")
+    ap.add_argument("--policy-table", type=Path, help="policy confidence table (default: the bundled one)")
+    ap.add_argument("--load-reps", type=int, default=2, help="llama-server starts per .lcs for the load cost")
+    ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 rep; llama-server only if built")
+    ap.add_argument("-o", "--output", type=Path)
+    ap.add_argument("--report", action="store_true", help="render bench/ENGINES.md and bench/plots/engines.png")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts, args.n_new, args.hf_prompts, args.hf_n_new, args.reps = 2, 32, 1, 16, 1
+        args.calibrate_reps, args.load_reps = 2, 1
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.policy_drafts = [int(x) for x in args.policy_drafts.split(",") if x.strip()]
+    bad = set(args.engines) - {"llama-server", "llama-cpp-python", "transformers"}
+    if bad:
+        raise InputError(f"unknown engine {sorted(bad)[0]!r} (engines: llama-server, llama-cpp-python, transformers)")
+    if set(args.tasks) - set(TASKS):
+        raise InputError(f"unknown task {sorted(set(args.tasks) - set(TASKS))[0]!r} (tasks: {', '.join(TASKS)})")
+    from lookupkit import models
+
+    args.model = models.resolve(args.model)
+    return args
+
+
+def main(argv=None) -> None:
+    try:
+        _main(parse_args(argv))
+    except LookupkitError as exc:
+        sys.exit(f"error: {exc}")
+
+
+def _main(args) -> None:
+    from lookupkit import StaticCache
+    from lookupkit.verify_cost import VerifyCost, load_curve
+
+    date = datetime.date.today().isoformat()
+    out = args.output or (bench_dir() / "engines-quick.json" if args.quick else RESULTS / f"engines-{date}-vm.json")
+    work = bench_dir() / "engines"
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
+    t_start = time.time()
+
+    caches, missing = find_caches(args.caches)
+    log(f"static caches: {', '.join(str(p) for p in caches.values()) or 'none'}; missing: {missing or 'none'}")
+    statics = {0: None, **{s: StaticCache.open(p) for s, p in caches.items()}}
+    curve_path = args.curve or calibrated_curve(args.model, out.with_suffix(".curve.json"), args.max_k,
+                                                args.calibrate_reps, args.threads)
+    cost = VerifyCost.of(curve_path)
+    calibration = load_curve(curve_path)
+    calibration.pop("raw_s", None)
+
+    binary = None
+    if "llama-server" in args.engines:
+        binary = llama_server.built() if args.quick else llama_server.build(jobs=args.threads)
+        if binary is None:
+            log("llama-server is not built: --quick skips its rows (python -m lookupkit.bench.llama_server builds it)")
+
+    runners, rows = {}, []
+    lcpp = None
+    if "llama-cpp-python" in args.engines or binary:
+        from .engine_runners import LlamaCppRunner
+
+        lcpp = LlamaCppRunner(args.model, args.threads)
+    paras = select_paragraphs(VALID, args.prompts, args.seed)
+    tokenize = lcpp.tokenize if lcpp else _vocab_tokenizer(args.model)
+    prompts = {t: [tokenize(prompt_text(p, t)) for p in paras] for t in args.tasks}
+
+    lcs, load_costs, servers = {}, [], {}
+    if binary:
+        lcs = {s: to_lcs(p, work / "lcs") for s, p in caches.items()}
+        load_costs = lcs_load_costs(binary, args.model, lcs, args.threads, args.load_reps, logs)
+        log("llama-server start to ready: " + ", ".join(f"{r['cache_mb'] or 'no'} MB .lcs {r['t_ready_s']:.2f} s"
+                                                         for r in load_costs))
+        srows = server_rows(lcs.get(SERVER_LCS_SIZE) or (lcs[min(lcs)] if lcs else None))
+        servers = open_servers(srows, binary, args.model, args.threads, logs)
+        rows += srows
+        runners["llama-server"] = lambda row, p, n: servers[row["name"]].complete(p, n)
+    if "llama-cpp-python" in args.engines:
+        rows += lcpp_rows({s: statics[s] for s in caches}, cost, args.policy_drafts, args.policy_n, args.rule_n,
+                          args.policy_table)
+        runners["llama-cpp-python"] = lcpp.run
+    hf_load_s = None
+    if "transformers" in args.engines:
+        from .engine_runners import TransformersRunner
+
+        hf = TransformersRunner(args.model, args.threads)
+        hf_load_s = hf.t_load_s
+        log(f"transformers loaded the GGUF in {hf_load_s:.1f} s")
+        rows += hf_rows({s: statics[s] for s in caches}, args.hf_cost, args.policy_n, args.rule_n)
+        runners["transformers"] = hf.run
+    try:
+        for row in rows:  # warm-up (kernels, numba caches, first allocations): not recorded
+            runners[row["engine"]](row, prompts[args.tasks[0]][0], 8)
+        load_before = os.getloadavg()
+        runs = run_all(args, prompts, rows, runners, cost, statics)
+        load_after = os.getloadavg()
+        server_memory = {name: llama_server.proc_memory(s.proc.pid) for name, s in servers.items()}
+    finally:
+        for s in servers.values():
+            s.__exit__(None, None, None)
+
+    result = {
+        "kind": "engines", "date": date, "quick": args.quick, "wall_s": time.time() - t_start,
+        "git": git_state(), "machine": machine(), "versions": versions(), "command": " ".join(["python -m lookupkit.bench.engines", *sys.argv[1:]]),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "loadavg": {"start": load_start, "before_runs": load_before, "after_runs": load_after},
+        "caches": {str(s): str(p) for s, p in caches.items()}, "caches_missing": missing,
+        "lcs": {str(s): str(p) for s, p in lcs.items()},
+        "calibration": {"source": str(curve_path), **calibration},
+        "prompts": {t: [{"index": i, "n_tokens": len(p), "head": paras[i].split()[:8]} for i, p in enumerate(ps)]
+                    for t, ps in prompts.items()},
+        "prompt_tokens": prompts,
+        "rows": [public(r) for r in rows], "runs": runs,
+        "server_memory_after": server_memory, "server_ready": {n: s.t_ready_s for n, s in servers.items()},
+        "lcs_load": load_costs, "lookupkit_open": lookupkit_open_costs(caches, 5), "hf_load_s": hf_load_s,
+    }
+    with atomic_writer(out) as f:
+        f.write((json.dumps(result) + "\n").encode())
+    log(f"wrote {out}")
+    if args.report:
+        from .report_engines import render
+
+        render(out)
+
+
+def _vocab_tokenizer(model: Path):
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=os.fspath(model), vocab_only=True, verbose=False)
+    return lambda text: llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+
+
+if __name__ == "__main__":
+    main()
