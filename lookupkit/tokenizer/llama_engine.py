@@ -11,6 +11,7 @@ how fast it went. Any GGUF works, with or without weights: only the vocabulary i
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import time
 from pathlib import Path
@@ -37,6 +38,7 @@ class LlamaCppTokenizer(Tokenizer):
         self._lib, self._v = llama_cpp, vocab
         self.reason = vocab.unsupported or reason.split(": ", 1)[-1]  # what lookupkit cannot encode
         self._llm = llama_cpp.Llama(model_path=str(Path(path)), vocab_only=True, verbose=False)
+        atexit.register(self._llm.close)  # before interpreter teardown, where its __del__ fails noisily
         self._vocab = llama_cpp.llama_model_get_vocab(self._llm.model)
         self.name = f"llama.cpp {vocab.model}" + (f"/{vocab.pre}" if vocab.pre != "default" else "")
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
