@@ -1,15 +1,16 @@
 """What verifying a draft costs on one model and machine, and the speed-up a replay then predicts.
 
 Whether prompt lookup pays depends on acceptance (the replay measures it) and on what evaluating 1 + k
-tokens costs against 1 on *this* model (this module measures it). `calibrate` evaluates batches of
-1 + k tokens (k = 0..max_k) with llama-cpp-python at a realistic context position, restoring the KV
-cache to that position before every repetition, interleaving the sizes so drift hits all alike, and
-keeps medians. It measures `Llama.eval` as the speculative loop uses it (logits of every position
-copied out, as llama-cpp-python forces logits_all with a draft model). llama.cpp decodes a single token
-with n_threads and a batch with n_threads_batch: `threads` sets both (llama-cpp-python's defaults give
-the batch twice the threads of one token, which would flatter drafts); the result records both.
+tokens costs against 1 on *this* model (this module measures it). `calibrate` times the verify step of
+lookupkit's own generation loop (integrations.llama_generate): one llama_decode of 1 + k tokens with
+logits on exactly those rows, and the argmax of each row, at a realistic context position, dropping
+the batch from the KV cache before every repetition, interleaving the sizes so drift hits all alike,
+and keeps medians. llama.cpp decodes a single token with n_threads and a batch with n_threads_batch:
+`threads` sets both (llama-cpp-python's defaults give the batch twice the threads of one token, which
+would flatter drafts); the result records both. The curve is not linear: for a 262,144-token vocabulary
+the output layer is most of a small model's work per row, and llama.cpp's kernels favour some batch sizes.
 
-    result = calibrate("model.gguf")                     # {"curve": {k: cost of 1+k / cost of 1}, ...}
+    result = calibrate("model.gguf", max_k=64)          # {"curve": {k: cost of 1+k / cost of 1}, ...}
     verify_cost.save_curve(result, "curve.json")         # lookup-stats --verify-cost curve.json uses it
 """
 
@@ -40,22 +41,37 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
         raise InputError(f"threads must be a whole number >= 1, got {threads!r}")
     gguf_vocab(model_path)  # a file that is not GGUF is refused here, in one line
     llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
-    llm = llama_cpp.Llama(model_path=os.fspath(model_path), n_ctx=position + max_k + 1, n_batch=max(512, max_k + 1),
-                          n_ubatch=max(512, max_k + 1), n_threads=threads, n_threads_batch=threads,
-                          logits_all=True, verbose=False)
+    from .llama_generate import _Batch as Batch, _Model as Model
+
+    n_batch = max(512, max_k + 1)
+    llm = llama_cpp.Llama(model_path=os.fspath(model_path), n_ctx=position + max_k + 1, n_batch=n_batch,
+                          n_ubatch=n_batch, n_threads=threads, n_threads_batch=threads, verbose=False)
+    m = Model(llm)
+    batch = Batch(m.lib, n_batch)
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, llm.n_vocab(), position + max_k + 1).tolist()
-    llm.eval(ids[:position])
-    sizes = list(range(max_k + 1))
-    raw: dict[int, list[float]] = {k: [] for k in sizes}
-    for rep in range(reps + 1):  # the first sweep warms caches and is not kept
-        for k in sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]:
-            llm.n_tokens = position  # eval() drops the KV cells from n_tokens on: back to `position`
-            t0 = time.perf_counter()
-            llm.eval(ids[position:position + k + 1])
-            dt = time.perf_counter() - t0
-            if rep:
-                raw[k].append(dt)
+    ids = rng.integers(0, m.n_vocab, position + max_k + 1).astype(np.int32)
+    try:
+        m.clear()
+        for i in range(0, position, n_batch):
+            chunk = ids[i:min(i + n_batch, position)]
+            batch.set(chunk, i, 1)
+            m.decode(batch)
+        sizes = list(range(max_k + 1))
+        raw: dict[int, list[float]] = {k: [] for k in sizes}
+        for rep in range(reps + 1):  # the first sweep warms caches and is not kept
+            for k in sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]:
+                m.forget_from(position)
+                batch.set(ids[position:position + k + 1], position, k + 1)
+                t0 = time.perf_counter()
+                m.decode(batch)
+                for j in range(k + 1):
+                    np.argmax(m.row(j))
+                dt = time.perf_counter() - t0
+                if rep:
+                    raw[k].append(dt)
+    finally:
+        batch.free()
+        m.clear()
     med = {k: statistics.median(v) for k, v in raw.items()}
     curve = {k: med[k] / med[0] for k in sizes}
     slope = float(np.polyfit(np.array(sizes, float), np.array([curve[k] for k in sizes]), 1)[0])
