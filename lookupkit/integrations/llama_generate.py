@@ -200,7 +200,7 @@ def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_dr
         on_token(tok)
     t1 = time.perf_counter()
     stop = _stop(m, out, len(prompt), max_tokens, stop_at_eos)
-    if drafter is not None and stop is None:
+    if drafter is not None:
         drafter.accept(out)
     limit_batch = min(n_draft, batch.capacity - 1)
     while stop is None:
