@@ -18,15 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
+from typing import Iterable, Iterator
+
 from ..errors import InputError
-from .encode import Tokenizer
 from .vocab import Vocab, fingerprint
 
 INSTALL = "pip install 'lookupkit[llama]'"
 
 
-class LlamaCppTokenizer(Tokenizer):
-    """Tokenizer's interface over llama.cpp's `llama_tokenize` (whole texts only)."""
+class LlamaCppTokenizer:
+    """`Tokenizer`'s interface over llama.cpp's `llama_tokenize` (whole texts only, never cut)."""
 
     engine = "llama-cpp-python"
 
@@ -55,6 +56,13 @@ class LlamaCppTokenizer(Tokenizer):
     def cuttable(self) -> bool:
         return False
 
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> np.ndarray:
+        return self._segment(text, add_special, add_special, parse_special)
+
+    def encode_chunks(self, chunks: Iterable[str], add_special: bool = True,
+                      parse_special: bool = True) -> Iterator[np.ndarray]:
+        yield self.encode("".join(chunks), add_special, parse_special)
+
     def encode_segment(self, text: str, first: bool, last: bool, add_special: bool = True,
                        parse_special: bool = True) -> np.ndarray:
         if not (first and last):
@@ -62,8 +70,8 @@ class LlamaCppTokenizer(Tokenizer):
         return self._segment(text, add_special, add_special, parse_special)
 
     def _segment(self, text: str, bos: bool, eos: bool, parse_special: bool, at_start: bool = True) -> np.ndarray:
-        # llama.cpp's add_special adds BOS, EOS, SEP as the vocabulary says; encode_chunks only
-        # asks for both or neither since this tokenizer is never cut
+        # llama.cpp's add_special adds BOS, EOS, SEP as the vocabulary says; callers only ask for
+        # both or neither since this tokenizer is never cut
         data = text.encode("utf-8")
         start = time.perf_counter()
         ids = self._tokenize(data, bos or eos, parse_special)
