@@ -69,23 +69,31 @@ def main(argv=None) -> None:
         from .. import models
         model = str(models.path(model))
     llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
-    out = []
+    doc = {"model": os.path.basename(model), "text": a.text.name, "seed": a.seed, "prompt_words": PROMPT_WORDS,
+           "new_tokens": a.new_tokens, "sequences": []}
+    if a.output.exists():  # resume: the paragraphs already generated are kept (greedy output is reproducible)
+        old = json.loads(a.output.read_text())
+        if {k: v for k, v in old.items() if k != "sequences"} == {k: v for k, v in doc.items() if k != "sequences"}:
+            doc = old
+    done = {(g["paragraph"], g["task"]) for g in doc["sequences"]}
     t0 = time.perf_counter()
     for i, para in enumerate(select(a.text, a.prompts, a.seed)):
         for task in a.tasks.split(","):
+            if (i, task) in done:
+                continue
             prompt = llm.tokenize(prompt_text(para, task).encode(), add_bos=True, special=True)
             gen = []
             for tok in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
                 if tok == llm.token_eos() or len(gen) >= a.new_tokens:
                     break
                 gen.append(int(tok))
-            out.append({"task": task, "paragraph": i, "prompt_len": len(prompt), "tokens": list(prompt) + gen})
+            doc["sequences"].append({"task": task, "paragraph": i, "prompt_len": len(prompt),
+                                     "tokens": list(prompt) + gen})
+        tmp = a.output.with_name(a.output.name + ".tmp")  # after every paragraph: an interrupt loses one
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(a.output)
         print(f"{i + 1}/{a.prompts} paragraphs, {time.perf_counter() - t0:.0f} s", flush=True)
-    doc = {"model": os.path.basename(model), "text": a.text.name, "seed": a.seed, "prompt_words": PROMPT_WORDS,
-           "new_tokens": a.new_tokens, "sequences": out}
-    tmp = a.output.with_name(a.output.name + ".tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(a.output)
+    out = doc["sequences"]
     print(f"wrote {a.output}: {len(out)} sequences")
 
 
