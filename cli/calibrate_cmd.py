@@ -18,7 +18,8 @@ from .common import guarded, print_json
 
 @guarded
 def calibrate(
-    model: Path = typer.Option(..., "-m", "--model", metavar="MODEL.gguf", help="The GGUF model to measure."),
+    model: str = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="The GGUF model to measure, or a "
+                              "name `lookupkit model --list` knows (e.g. gemma-3-270m)."),
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="CURVE.json", help="Write the curve as JSON."),
     reps: int = typer.Option(20, "--reps", min=1, max=100000, help="Repetitions per batch size (medians are kept)."),
     max_k: int = typer.Option(16, "--max-k", min=1, max=MAX_DRAFT, help="Largest number of drafted tokens measured."),
@@ -30,7 +31,9 @@ def calibrate(
 ) -> None:
     """Measure the cost of evaluating 1 + k tokens against 1 (k = 1..max-k) at a realistic context position."""
     from ..integrations.calibrate import calibrate as measure  # (imports llama-cpp-python)
+    from .. import models
 
+    model = models.resolve(model)
     result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads)
     if out is not None:
         save_curve(result, out)
