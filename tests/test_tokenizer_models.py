@@ -182,7 +182,7 @@ def _vocab_files() -> list[Path]:
 VOCAB_NAMES = ["aquila", "baichuan", "bert-bge", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4",
                "gpt-2", "gpt-neox", "llama-bpe", "llama-spm", "mpt", "nomic-bert-moe", "phi-3", "qwen2", "qwen35",
                "refact", "starcoder"]
-NATIVE = {"aquila", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "gpt-neox", "llama-bpe",
+NATIVE = {"aquila", "baichuan", "command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "gpt-neox", "llama-bpe",
           "llama-spm", "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"}  # the rest are refused today
 
 
@@ -284,6 +284,39 @@ def test_gemma_chunks_property(parts):
         return
     tok = gemma()
     assert np.array_equal(np.concatenate(list(tok.encode_chunks(parts))), tok.encode(text))
+
+
+_RUNS = st.lists(st.one_of(st.integers(1, 40).map(" ".__mul__), st.sampled_from(["ab", "the", "\n", "\t", "x ",
+                                                                                "\u2581\u2581\u2581", "<s>", "---", "-->"])),
+                 max_size=12).map("".join)
+
+
+@pytest.mark.parametrize("name", ["llama-spm", "baichuan"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(text=_RUNS, parse_special=st.booleans())
+def test_tied_scores_follow_llama_cpp(name, text, parse_special):
+    """Equal-score tokens that compete ("\u2581" runs, "---"/"-->"): the numba engine's leftmost rule."""
+    from lookupkit.tokenizer.spm_ties import SpmTiesBackend
+
+    tok = _tied(name)
+    assert isinstance(tok._backend(parse_special), SpmTiesBackend)
+    assert tok.encode(text, True, parse_special).tolist() == llama_ids(_vocab(name), text, True, parse_special)
+
+
+@functools.lru_cache(maxsize=None)
+def _tied(name: str) -> Tokenizer:
+    return Tokenizer.from_file(_vocab(name))
+
+
+def test_both_spm_engines_agree_on_gemma():
+    """The numba engine (llama.cpp's loop) and the tiktoken mapping give the same ids on Gemma 3."""
+    from lookupkit.tokenizer.spm_ties import SpmTiesBackend
+
+    tok, text = gemma(), wiki_text()[:200_000]
+    v, split = tok._v, {s.id for s in tok._partition.specials}
+    ties = SpmTiesBackend(v.pre, v.tokens, v.scores, split, v.add_space_prefix)
+    assert np.array_equal(ties.encode_parts(tok._partition.split(text, True), True), tok.encode(text, False, True))
 
 
 def test_refusal_is_one_line(tmp_path):

@@ -7,8 +7,9 @@ Two engines reproduce that:
 * tiktoken (ranks = ids, one regex): ~3x faster. Valid for single-regex byte-level vocabularies;
   tiktoken always emits a piece that is itself a token without merging, which is llama.cpp's
   `ignore_merges` (llama-bpe) and was measured identical for qwen2 and gpt-2.
-* HF `tokenizers`, rebuilt from the GGUF metadata: multi-regex pre-tokenizers (deepseek-coder)
-  and SentencePiece vocabularies (as BPE with merges derived from scores plus byte fallback).
+* HF `tokenizers`, rebuilt from the GGUF metadata: multi-regex pre-tokenizers (deepseek-coder,
+  falcon, ...) and vocabularies without a token for every byte (mpt). SentencePiece vocabularies
+  are `spm`'s (and `spm_ties`').
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ class TiktokenBackend:
 class HFBackend:
     """HF `tokenizers` BPE rebuilt from GGUF data; input is cut into small pieces at safe points."""
 
-    def __init__(self, tok, cut: re.Pattern | None, spm_prefix: bool | None = None):
-        self._tok, self._cut, self._spm_prefix = tok, cut, spm_prefix
+    def __init__(self, tok, cut: re.Pattern | None):
+        self._tok, self._cut = tok, cut
 
     @classmethod
     def byte_level(cls, tokens: list[str], merges: list[str], regexes: list[str],
@@ -148,30 +149,7 @@ class HFBackend:
             + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         return cls(tok, cut)
 
-    @classmethod
-    def sentencepiece(cls, tokens: list[str], scores, unk: str | None,
-                      add_space_prefix: bool) -> "HFBackend":
-        """llama.cpp's SPM merges the adjacent pair whose concatenation is the highest-scoring token:
-        BPE with one merge per (left, right) split of every token, ranked by that token's score."""
-        from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-
-        vocab = _hf_vocab(tokens)
-        found = []
-        for i, t in enumerate(tokens):
-            for k in range(1, len(t)):
-                if t[:k] in vocab and t[k:] in vocab:
-                    found.append((-scores[i], i, k))
-        found.sort()
-        pairs = [(tokens[i][:k], tokens[i][k:]) for _, i, k in found]
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, unk_token=unk, byte_fallback=True))
-        # no token contains "\n" (checked by the caller), so lines are tokenized independently
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex("\n"), behavior="isolated")
-        return cls(tok, re.compile("\n"), spm_prefix=add_space_prefix)
-
     def encode(self, text: str, at_start: bool = False) -> np.ndarray:
-        if self._spm_prefix is not None:
-            # llama.cpp prepends a space to text that starts the input or follows a special token
-            text = (" " + text if self._spm_prefix and at_start else text).replace(" ", "\u2581")
         pieces = _pieces(text, self._cut, 8192)
         encs = self._tok.encode_batch_fast(pieces, add_special_tokens=False)
         if not encs:

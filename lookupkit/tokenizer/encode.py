@@ -20,7 +20,8 @@ from . import backends as bb
 from .specials import Partition, special_tokens
 from ..errors import InputError
 from .spm import SpmBackend, TiedScores
-from .vocab import BYTE, UNKNOWN, UnsupportedVocab, Vocab, fingerprint, load as load_vocab
+from .spm_ties import SpmTiesBackend
+from .vocab import BYTE, UnsupportedVocab, Vocab, fingerprint, load as load_vocab
 
 # Where a long text may be cut without changing any id: just after a "\n" that follows a non-space
 # and precedes a letter (docs/tokenizers.md), or just after a "\n" followed by " " + letter
@@ -212,12 +213,8 @@ def _make_backend(v: Vocab, split: set):
     if v.model == "llama":
         try:
             return SpmBackend(v.pre, v.tokens, v.scores, split, v.add_space_prefix)
-        except TiedScores as exc:
-            # the HF rebuild orders tied merges by position too; it needs lines without "\n" tokens
-            if any("\n" in t for t in v.tokens):
-                raise UnsupportedVocab(f"unsupported SentencePiece (llama) vocabulary: {exc}") from None
-            unk = next((t for t, ty in zip(v.tokens, v.types) if ty == UNKNOWN), None)
-            return bb.HFBackend.sentencepiece(v.tokens, v.scores, unk, v.add_space_prefix)
+        except TiedScores:  # equal scores that compete: llama.cpp's own loop, with its tie rule
+            return SpmTiesBackend(v.pre, v.tokens, v.scores, split, v.add_space_prefix)
     if len(v.regexes) == 1:
         try:
             return bb.TiktokenBackend(v.pre, v.tokens, v.regexes[0])
