@@ -1,6 +1,6 @@
 """`lookupkit generate`: does drafting pay on my model? Greedy generation with and without it, same loop.
 
-Loads the GGUF with llama-cpp-python, tokenizes the prompt with the model itself (BOS as llama.cpp adds
+Loads the GGUF with llama-cpp-python (with llama-server's context defaults, open_model), tokenizes the prompt with the model itself (BOS as llama.cpp adds
 it), runs lookupkit's greedy loop (integrations.llama_generate) once without drafting and once drafting
 from the caches, and reports both speeds, the speed-up, what was drafted and accepted, and a verdict.
 A short untimed warm-up comes first, so neither run pays for llama.cpp's first-decode set-up.
@@ -61,19 +61,13 @@ def generate_cmd(
     _check_numbers(n_draft, n_predict, threads, n_ctx)
     cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
     path = models.resolve(model)
-    from ..integrations.llama_generate import model_vocab
+    from ..integrations.llama_generate import generate, model_vocab, open_model
 
     vocab = model_vocab(path)  # a file that is not GGUF is refused here, before anything loads
     static = StaticCache.open(lcs, expect_vocab=vocab) if lcs is not None else None
     drafter = Drafter(static=static, dynamic=lcd, policy=policy.value,
                       verify_cost=cost if cost is not None else DEFAULT_COST)
-    from ..integrations.engines import require
-
-    llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
-    from ..integrations.llama_generate import generate
-
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=max(512, n_draft + 1),
-                          n_threads=threads, n_threads_batch=threads, verbose=False)
+    llm = open_model(path, n_ctx=n_ctx, threads=threads, n_batch=max(512, n_draft + 1))
     try:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         if len(ids) + n_predict > llm.n_ctx():

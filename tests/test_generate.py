@@ -280,3 +280,19 @@ def test_bench_models_writes_an_f16_model_without_shared_that_generates(tmp_path
     bad = subprocess.run([sys.executable, "-m", "lookupkit.bench.models", "--vocab", str(tmp_path / "none.gguf")],
                          capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--vocab" in bad.stderr
+
+
+def test_open_model_sets_llama_servers_defaults_and_drafting_stays_plain(tiny_gguf, static_path, prompt):
+    from lookupkit.integrations.llama_cpp import open_model
+
+    m = open_model(tiny_gguf, n_ctx=1024, threads=1)
+    assert m.context_params.swa_full is False and m.context_params.n_threads == m.context_params.n_threads_batch == 1
+    assert m.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    plain = generate(m, prompt, N_NEW, stop_at_eos=False)
+    for policy in ("llama.cpp", "lookupkit"):
+        g = generate(m, prompt, N_NEW, drafter=Drafter(static=static_path, policy=policy), n_draft=64,
+                     stop_at_eos=False)
+        assert g.tokens == plain.tokens and g.n_accepted > 0
+    m.close()
+    with pytest.raises(InputError, match="does not exist"):
+        open_model(tiny_gguf.with_name("missing.gguf"))

@@ -53,9 +53,9 @@ def gemma_path():
 
 @pytest.fixture(scope="module")
 def llm(gemma_path):
-    import llama_cpp
+    from lookupkit.integrations.llama_cpp import open_model
 
-    m = llama_cpp.Llama(model_path=str(gemma_path), n_ctx=1024, n_threads=2, n_threads_batch=2, verbose=False)
+    m = open_model("gemma-3-270m", n_ctx=1024, threads=2)  # llama-server's settings: a window-sized SWA cache
     yield m
     m.close()
 
@@ -100,13 +100,14 @@ def test_the_registry_assembles_the_checked_model_once(gemma_path):
 
 
 def replay_from_logits(prompt_len, batches, max_tokens):
-    """The tokens a greedy verify loop must emit, re-derived from each batch's tokens and raw logits rows."""
-    (pos0, toks0, rows0), *rest = batches
-    assert pos0 == prompt_len - 1 and len(rows0) == 1
-    out = [int(np.argmax(rows0[0]))]
-    for pos, toks, rows in rest:
+    """The tokens a greedy verify loop must emit, re-derived from each batch's tokens and the argmax of
+    each of its raw logits rows."""
+    (pos0, toks0, greedy0), *rest = batches
+    assert pos0 == prompt_len - 1 and len(greedy0) == 1
+    out = [int(greedy0[0])]
+    for pos, toks, greedy in rest:
         assert pos == prompt_len + len(out) - 1 and toks[0] == out[-1], "a batch must start at the last emitted token"
-        greedy = np.argmax(rows, axis=1)
+        assert len(greedy) == len(toks), "logits on exactly the verified rows"
         draft = toks[1:]
         j = next((i for i in range(len(draft)) if greedy[i] != draft[i]), len(draft))
         out.extend(int(t) for t in greedy[:j + 1])
@@ -120,7 +121,7 @@ def test_every_emitted_token_is_the_models_greedy_choice_in_its_batch(llm, copy_
     for drafter, n_draft in ((Drafter(static=gemma_static), 16), (Drafter(policy="lookupkit", verify_cost=0.1), 64)):
         batches = []
         g = generate(llm, copy_prompt, 96, drafter=drafter, n_draft=n_draft, stop_at_eos=False,
-                     on_batch=lambda pos, toks, rows: batches.append((pos, toks.copy(), rows.copy())))
+                     on_batch=lambda pos, toks, rows: batches.append((pos, toks.copy(), np.argmax(rows, axis=1))))
         assert g.tokens == replay_from_logits(len(copy_prompt), batches, 96)
         assert g.n_accepted > 20 and g.n_calls < 70, "the copy task must be drafted and accepted"
         assert len(batches) == g.n_calls + 1 and [len(b[1]) - 1 for b in batches[1:]] == g.drafted.tolist()

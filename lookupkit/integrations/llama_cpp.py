@@ -11,7 +11,7 @@ plus one sampled token, and calls again; it cuts a draft only at n_ctx. It never
 generation ended: the last draft's outcome is known when `finish(final_tokens)` is called, and counted
 as unresolved if the next call starts a new prompt instead.
 
-    gen = generate(Llama(model_path="model.gguf"), tokens, 256, drafter=Drafter(static="wiki.lkc"))
+    gen = generate(open_model("model.gguf"), tokens, 256, drafter=Drafter(static="wiki.lkc"), n_draft=16)
     llm = Llama(model_path="model.gguf", draft_model=LookupDraftModel(static="wiki.lkc", n_draft=8))
     llm = load_llama("model.gguf", static="wiki.lkc", n_draft=8, n_ctx=4096)  # vocabulary checked first
 
@@ -37,7 +37,7 @@ from .. import Drafter
 from ..draft.policy import DEFAULT_COST
 from .engines import open_static, require
 from .session import Counted, DraftSession
-from .llama_generate import Generation, generate, model_vocab  # noqa: F401  (generate: the fast path)
+from .llama_generate import Generation, generate, model_vocab, open_model  # noqa: F401  (the fast path)
 from ..errors import InputError
 
 llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")

@@ -150,6 +150,21 @@ class _Model:
         self.llm.n_tokens = 0  # Llama's own calls must not take our KV cache for its prompt cache
 
 
+def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, **llama_kwargs):
+    """A `llama_cpp.Llama` for generate(), with llama-server's context defaults: flash attention on (the
+    server's "auto" picks it on CPU; llama-cpp-python's default turns it off) and a sliding-window KV cache
+    of the window's size (swa_full=False; llama-cpp-python's default keeps n_ctx cells for those layers).
+    model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike."""
+    from .. import models
+
+    path = models.resolve(model)
+    model_vocab(path)  # a file that is not GGUF is refused in one line, before llama.cpp reads it
+    lib = require("llama_cpp", "llama-cpp-python", "llama")
+    kwargs = {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": True,
+              "swa_full": False, "verbose": False, **llama_kwargs}
+    return lib.Llama(model_path=str(path), **kwargs)
+
+
 def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int = 8, stop_at_eos: bool = True,
              on_token=None, on_batch=None) -> Generation:
     """Greedy continuation of `prompt_tokens` (ids, BOS included if the model wants one) on `llm`.
