@@ -275,3 +275,11 @@ def test_learning_on_generations_scores_generated_positions_only():
     assert table[match, SHARE_BINS - 1, 0] > 0.9  # matches of >= 24 tokens
     with pytest.raises(InputError, match="longer than its prompt"):
         confidence.learn_generations(seqs, [len(s) for s in seqs])
+
+
+def test_a_registered_model_finds_the_table_learnt_on_its_generations():
+    path = confidence.for_model("gemma-3-270m")
+    assert path is not None and path == confidence.for_model("/anywhere/gemma-3-270m-q4_k_m.gguf")
+    table, agree = confidence.load(path)
+    assert table.shape == (N_SOURCES, SHARE_BINS, TOTAL_BINS) and agree.shape == (P_BINS, AGREE_MAX + 1)
+    assert confidence.for_model("someone-elses.gguf") is None

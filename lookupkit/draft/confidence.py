@@ -173,6 +173,20 @@ def _default() -> tuple[np.ndarray, np.ndarray]:
     return table, agree
 
 
+def for_model(model) -> Path | None:
+    """The table learnt on a registered model's own generations (lookupkit/data/policy-<name>.json), for a
+    model name or a path to its GGUF file (matched by the registry's file name); None if none is shipped."""
+    from .. import models
+
+    name = str(model)
+    by_file = {m.file: m.name for m in models.MODELS.values()}
+    name = by_file.get(Path(name).name, name)
+    if name not in models.MODELS:
+        return None
+    with resources.as_file(resources.files("lookupkit") / "data" / f"policy-{name}.json") as p:
+        return Path(p) if Path(p).is_file() else None
+
+
 def load(path: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(table, agree) written by `save`; None: the bundled default (read once per process: every policy
     Drafter, server slot and sweep point asks for it)."""
