@@ -18,10 +18,10 @@ def lcs_load_costs(binary: Path, model: Path, lcs: dict, threads: int, reps: int
     """What llama-server pays to load each .lcs: time to /health ready and memory, against no -lcs."""
     out = []
     for rep in range(reps):
-        for size, path in [(0, None), *sorted(lcs.items())]:
+        for label, path in [("none", None), *lcs.items()]:
             extra = ["--spec-type", "ngram-cache", "-lcs", str(path)] if path else []
-            with llama_server.Server(binary, model, extra, threads=threads, log=logs / f"load-{size}.log") as s:
-                out.append({"cache_mb": size, "rep": rep, "lcs_bytes": path.stat().st_size if path else 0,
+            with llama_server.Server(binary, model, extra, threads=threads, log=logs / f"load-{label}.log") as s:
+                out.append({"cache": label, "rep": rep, "lcs_bytes": path.stat().st_size if path else 0,
                             "t_ready_s": s.t_ready_s, "rss": s.memory_ready.get("VmRSS"),
                             "hwm": s.memory_ready.get("VmHWM")})
     return out
@@ -32,14 +32,14 @@ def lookupkit_open_costs(caches: dict, reps: int) -> list[dict]:
     from lookupkit import StaticCache
 
     out = []
-    for size, path in sorted(caches.items()):
+    for label, path in caches.items():
         for rep in range(reps):
             t0 = time.perf_counter()
             with StaticCache.open(path) as cache:
                 t1 = time.perf_counter()
                 cache.find(2, 2)
                 t2 = time.perf_counter()
-            out.append({"cache_mb": size, "rep": rep, "lkc_bytes": path.stat().st_size, "t_open_s": t1 - t0,
+            out.append({"cache": label, "rep": rep, "lkc_bytes": path.stat().st_size, "t_open_s": t1 - t0,
                         "t_first_find_s": t2 - t1})
     return out
 
@@ -48,11 +48,12 @@ def replay_prediction(row: dict, prompt: list[int], rec: dict, cost, statics: di
     """replay_generation on the generated tokens: its calls (equal to the engine's?) priced by the curve."""
     from lookupkit.replay import replay_generation
 
-    if row.get("kind") != "lookupkit":
-        calls = max(rec["n_gen"] - 1, 0)
-        return {"replay_calls": calls, "cost_units": float(calls), "replay_equal": None}
+    if row.get("kind") != "lookupkit":  # plain: one call per token after the first; pld: its own calls
+        drafted = rec.get("drafted_calls") or [0] * max(rec["n_gen"] - 1, 0)
+        return {"replay_calls": len(drafted), "cost_units": float(cost.call_costs(drafted).sum()),
+                "replay_equal": None}
     pol = None
-    static = statics.get(row["cache_mb"])
+    static = statics.get(row["cache"])
     if row["policy"] == "lookupkit":
         from lookupkit.draft.confidence import load as load_table
         from lookupkit.draft.policy import make_policy

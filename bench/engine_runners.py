@@ -6,7 +6,7 @@ engine exposes them) draft calls, drafted and accepted tokens. All of them gener
 
 * `LlamaCppRunner`: llama-cpp-python. Plain and lookupkit rows run lookupkit's own greedy loop
   (`lookupkit.integrations.llama_cpp.generate`: no logits_all, one logits row per verified token) on one
-  shared `Llama`; the `plain-b32` row runs the same plain loop on a second `Llama` whose batches hold
+  shared `Llama` from `open_model` (llama-server's context defaults: flash attention, window-sized SWA cache); the `plain-b32` row runs the same plain loop on a second `Llama` whose batches hold
   32 tokens, so the prompt is evaluated in other shapes (the floor of greedy divergence); the
   `LlamaPromptLookupDecoding` row runs llama-cpp-python's own speculative loop (`Llama.generate`, the
   loop `create_completion` drives, minus detokenising), which needs logits_all=True: it gets its own
@@ -55,18 +55,11 @@ class LlamaCppRunner:
     """llama-cpp-python rows: plain, plain-b32, pld (llama-cpp-python's own), lookupkit rule/policy."""
 
     def __init__(self, model: Path, threads: int, n_ctx: int = 4096):
-        from llama_cpp import Llama
+        from lookupkit.integrations.llama_cpp import generate, open_model
 
-        from lookupkit.integrations import llama_cpp as lk_llama
-
-        if not hasattr(lk_llama, "generate"):
-            raise InputError("lookupkit.integrations.llama_cpp has no generate(): this bench needs the "
-                             "low-level greedy loop (issue 13 item 3)")
-        self._generate = lk_llama.generate
+        self._generate, self._open = generate, open_model
         self.model, self.threads = model, threads
-        common = dict(model_path=os.fspath(model), n_threads=threads, n_threads_batch=threads, verbose=False)
-        self.llm = Llama(n_ctx=n_ctx, n_batch=512, n_ubatch=512, **common)
-        self._common = common
+        self.llm = open_model(model, n_ctx=n_ctx, threads=threads, n_batch=512, n_ubatch=512)
         self._floor = None
         self._pld = None
 
@@ -90,19 +83,17 @@ class LlamaCppRunner:
 
     def _floor_llm(self):
         if self._floor is None:
-            from llama_cpp import Llama
-
-            self._floor = Llama(n_ctx=self.llm.n_ctx(), n_batch=FLOOR_BATCH, n_ubatch=FLOOR_BATCH, **self._common)
+            self._floor = self._open(self.model, n_ctx=self.llm.n_ctx(), threads=self.threads, n_batch=FLOOR_BATCH,
+                                     n_ubatch=FLOOR_BATCH)
         return self._floor
 
     def _pld_run(self, prompt, n, n_draft) -> dict:
-        from llama_cpp import Llama
-
         if len(prompt) + n + n_draft >= PLD_N_CTX:
             raise InputError(f"the prompt ({len(prompt)} tokens) + {n} does not fit the pld row's n_ctx {PLD_N_CTX}")
         if self._pld is None or self._pld.draft_model.num_pred_tokens != n_draft:
-            self._pld = Llama(n_ctx=PLD_N_CTX, n_batch=512, n_ubatch=512, logits_all=True,
-                              draft_model=_counting_pld(n_draft), **self._common)
+            # llama-cpp-python's own loop rolls rejected drafts back itself: full-size SWA cache for it
+            self._pld = self._open(self.model, n_ctx=PLD_N_CTX, threads=self.threads, n_batch=512, n_ubatch=512,
+                                   logits_all=True, swa_full=True, draft_model=_counting_pld(n_draft))
         llm = self._pld
         llm.draft_model.calls = []
         llm.reset()  # no prefix reuse from the previous prompt
@@ -148,7 +139,7 @@ class TransformersRunner:
         self.torch = torch
         t0 = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(os.fspath(Path(model).parent), gguf_file=Path(model).name,
-                                                          torch_dtype=torch.float32)
+                                                          dtype=torch.float32)
         self.model.eval()
         self.t_load_s = time.perf_counter() - t0
 
@@ -162,31 +153,24 @@ class TransformersRunner:
         elif row["kind"] == "lookupkit":
             lookup = row["generator"]()
             kwargs["custom_generate"] = lookup
-        timer = _FirstToken()
+        t_prefill = self.prefill_s(ids)
         with torch.inference_mode():
             t0 = time.perf_counter()
-            out = self.model.generate(ids, streamer=timer, **kwargs)
-            t2 = time.perf_counter()
+            out = self.model.generate(ids, **kwargs)
+            total = time.perf_counter() - t0
         tokens = out[0, len(prompt):].tolist()
-        t1 = timer.t_first or t0
-        if lookup is None:
-            return record(tokens, t1 - t0, t2 - t1)
-        s = lookup.stats()
-        rec = record(tokens, t1 - t0, t2 - t1)
-        rec.update(calls=s["calls"], drafted=s["drafted"], accepted=s["accepted"])
+        rec = record(tokens, t_prefill, total - t_prefill)
+        rec["t_total_s"] = total
+        if lookup is not None:
+            s = lookup.stats()
+            rec.update(calls=s["calls"], drafted=s["drafted"], accepted=s["accepted"])
         return rec
 
-
-class _FirstToken:
-    """A transformers streamer that only notes when the first generated token arrives (the prompt's end)."""
-
-    def __init__(self):
-        self.n_put, self.t_first = 0, None
-
-    def put(self, value):
-        self.n_put += 1
-        if self.n_put == 2 and self.t_first is None:  # the 1st put is the prompt itself
-            self.t_first = time.perf_counter()
-
-    def end(self):
-        pass
+    def prefill_s(self, ids) -> float:
+        """One forward pass over the prompt, timed just before each run. Assisted decoding verifies its
+        first draft in the prompt's own forward pass, so no row has a separate prompt time of its own:
+        every transformers row's generation time is its end-to-end time minus this."""
+        with self.torch.inference_mode():
+            t0 = time.perf_counter()
+            self.model(ids)
+            return time.perf_counter() - t0

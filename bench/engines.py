@@ -4,23 +4,27 @@ Rows (each generates exactly --n-new greedy tokens per prompt, an end-of-generat
 it; 2 threads): llama-server b11434 (built once by bench/llama_server.py) with no drafting, with
 `--spec-type ngram-cache -lcs <lookupkit-built .lcs>`, `ngram-mod` and `ngram-simple`; llama-cpp-python
 plain, its `LlamaPromptLookupDecoding`, lookupkit with llama.cpp's rule (context only and with each
-static cache) and with lookupkit's policy (the cost curve `lookupkit calibrate` measured on this
-model, drafts of up to 16 at every cache size and 8/32/64 with the largest); transformers plain, its
-`prompt_lookup_num_tokens` and lookupkit's `LookupGenerate`. Two floors of greedy divergence: a plain
-row whose batches hold 32 tokens (llama-cpp-python `plain-b32`, llama-server `none-b32`).
+static cache) and with lookupkit's policy (the cost curve `lookupkit calibrate` measured on this model,
+the policy table learnt on this model's generations when lookupkit ships one; drafts of up to 16 at
+every cache size, 8/32/64 with the last cache); transformers plain, its `prompt_lookup_num_tokens` and
+lookupkit's `LookupGenerate`. Two floors of greedy divergence: a plain row whose batches hold 32 tokens
+(llama-cpp-python `plain-b32`, llama-server `none-b32`).
 
 Tasks: `wiki` (the first 250 words of a WikiText-103 *valid* paragraph of >= 250 words, held out from
 the caches' train corpus; text as WikiText stores it, " @-@ " etc. not undone), and `copy` (the same, a
-blank line, and its own first 12 words again, so that copying pays). Paragraphs: a seeded sample
-(random.Random(--seed).sample) of all such paragraphs in file order. Rows run interleaved prompt by
-prompt (their order rotated each prompt) in one session, every llama-server loaded at once, so load
-hits all alike; --reps repetitions of everything.
+blank line, and its own first 12 words again, so that copying pays); bench/generations.py's prompts.
+Paragraphs: random.Random(--seed).sample of all such paragraphs in file order. Rows run interleaved in
+one session, every llama-server loaded at once: per prompt round (one prompt of one task, the tasks
+alternating) every row once, their order rotated each round; --reps repetitions of everything. The
+results JSON is rewritten after every round; with --deadline no round starts after it (`complete`
+says whether every planned generation ran).
 
-    python -m lookupkit.bench.engines -m gemma-3-270m-q4_k_m.gguf --caches DIR [--curve curve.json]
-    python -m lookupkit.bench.engines -m MODEL --quick          # 2 prompts x 32 tokens, a smoke test
+    python -m lookupkit.bench.engines --caches DIR --curve curve.json      # model: gemma-3-270m
+    python -m lookupkit.bench.engines --quick                               # 2 prompts x 32 tokens
 
---caches DIR holds gemma-wiki{25,100,541}.lkc (whichever exist are used; the missing are reported).
-Writes bench/results/engines-<date>-vm.json (--quick: engines-quick.json in the bench cache) and, with
+--caches DIR holds gemma-wiki{25,100,541}.lkc and gemma-wiki541-o6.lkc (whichever exist are used; the
+missing are reported), built by lookup-create from wiki541.txt.zst (`cache_command`). Writes
+bench/results/engines-<date>-vm.json (--quick: engines-quick.json in the bench cache) and, with
 --report, bench/ENGINES.md and bench/plots/engines.png (bench/report_engines.py).
 """
 
@@ -39,14 +43,13 @@ from pathlib import Path
 from ..errors import LookupkitError, InputError
 from ..files import atomic_writer
 from . import llama_server
+from .engine_rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows, public, rule_cache, server_rows
 from .engine_costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
 from .generations import PROMPT_WORDS, paragraphs, prompt_text
 from .models import bench_dir
 from .provenance import RESULTS, SHARED, git_state, machine
 
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
-CACHE_SIZES = (25, 100, 541)  # MB of wiki541.txt.zst each static cache was built from
-SERVER_LCS_SIZE = 25  # the ngram-cache row's static cache (as in issue 13's first run)
 TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
 
 
@@ -65,78 +68,12 @@ def select_paragraphs(path: Path, n: int, seed: int) -> list[str]:
     return random.Random(seed).sample(paras, n)
 
 
-# -- rows ------------------------------------------------------------------------------------------
-
-def server_rows(lcs: Path | None) -> list[dict]:
-    rows = [{"name": "server:none", "engine": "llama-server", "plain": True, "args": []},
-            {"name": "server:none-b32", "engine": "llama-server", "floor": True, "args": ["-b", "32", "-ub", "32"]}]
-    if lcs is not None:
-        rows.append({"name": "server:ngram-cache", "engine": "llama-server", "lcs": str(lcs),
-                     "args": ["--spec-type", "ngram-cache", "-lcs", str(lcs)]})
-    rows += [{"name": f"server:{t}", "engine": "llama-server", "args": ["--spec-type", t]}
-             for t in ("ngram-mod", "ngram-simple")]
-    return rows
-
-
-def lcpp_rows(caches: dict, cost, policy_drafts, policy_n: int, rule_n: int, policy_table=None) -> list[dict]:
-    from lookupkit import Drafter
-
-    def drafter(static, policy):
-        if policy == "lookupkit":
-            return lambda: Drafter(static=static, policy="lookupkit", verify_cost=cost, policy_table=policy_table)
-        return lambda: Drafter(static=static)
-
-    rows = [{"name": "lcpp:plain", "engine": "llama-cpp-python", "kind": "plain", "plain": True},
-            {"name": "lcpp:plain-b32", "engine": "llama-cpp-python", "kind": "plain-b32", "floor": True},
-            {"name": "lcpp:pld8", "engine": "llama-cpp-python", "kind": "pld", "n_draft": 8}]
-    sizes = [0, *sorted(caches)]
-    for size in sizes:
-        rows.append({"name": f"lk:rule-{_cache_name(size)}", "engine": "llama-cpp-python", "kind": "lookupkit",
-                     "policy": "llama.cpp", "cache_mb": size, "n_draft": rule_n,
-                     "drafter": drafter(caches.get(size), "llama.cpp")})
-    for size in sizes:
-        rows.append({"name": f"lk:policy-{_cache_name(size)}-n{policy_n}", "engine": "llama-cpp-python",
-                     "kind": "lookupkit", "policy": "lookupkit", "cache_mb": size, "n_draft": policy_n,
-                     "drafter": drafter(caches.get(size), "lookupkit")})
-    for n in policy_drafts:
-        if n != policy_n:
-            rows.append({"name": f"lk:policy-{_cache_name(sizes[-1])}-n{n}", "engine": "llama-cpp-python",
-                         "kind": "lookupkit", "policy": "lookupkit", "cache_mb": sizes[-1], "n_draft": n,
-                         "drafter": drafter(caches.get(sizes[-1]), "lookupkit")})
-    return rows
-
-
-def hf_rows(caches: dict, hf_cost: float, policy_n: int, rule_n: int) -> list[dict]:
-    from lookupkit.integrations.transformers import LookupGenerate
-
-    size = SERVER_LCS_SIZE if SERVER_LCS_SIZE in caches else (min(caches) if caches else 0)
-    static = caches.get(size)
-    return [{"name": "hf:plain", "engine": "transformers", "kind": "plain", "plain": True},
-            {"name": "hf:pld8", "engine": "transformers", "kind": "pld", "n_draft": 8},
-            {"name": f"hf:lk-rule-{_cache_name(size)}", "engine": "transformers", "kind": "lookupkit",
-             "policy": "llama.cpp", "cache_mb": size, "n_draft": rule_n,
-             "generator": lambda: LookupGenerate(static=static, n_draft=rule_n)},
-            {"name": f"hf:lk-policy-{_cache_name(size)}-n{policy_n}", "engine": "transformers", "kind": "lookupkit",
-             "policy": "lookupkit", "cache_mb": size, "n_draft": policy_n, "verify_cost": hf_cost,
-             "generator": lambda: LookupGenerate(static=static, n_draft=policy_n, policy="lookupkit",
-                                                 verify_cost=hf_cost)}]
-
-
-def _cache_name(size: int) -> str:
-    return "ctx" if size == 0 else f"{size}MB"
-
-
-def public(row: dict) -> dict:
-    """A row's description as the results JSON keeps it (no callables)."""
-    return {k: v for k, v in row.items() if not callable(v)}
-
-
 # -- caches and the cost curve -----------------------------------------------------------------------
 
-def find_caches(folder: Path | None) -> tuple[dict, list[int]]:
-    """{size: path} of the gemma-wiki<size>.lkc in folder, and the sizes missing."""
-    found = {s: folder / f"gemma-wiki{s}.lkc" for s in CACHE_SIZES if folder and (folder / f"gemma-wiki{s}.lkc").is_file()}
-    return found, [s for s in CACHE_SIZES if s not in found]
+def find_caches(folder: Path | None) -> tuple[dict, list[str]]:
+    """{label: path} of the CACHES files in folder, and the labels missing."""
+    found = {c: folder / f for c, (f, _) in CACHES.items() if folder and (folder / f).is_file()}
+    return found, [c for c in CACHES if c not in found]
 
 
 def to_lcs(lkc: Path, out_dir: Path) -> Path:
@@ -173,13 +110,18 @@ def open_servers(rows, binary, model, threads, logs) -> dict:
     return servers
 
 
-def run_all(args, prompts: dict, rows: list[dict], runners: dict, cost, statics: dict) -> list[dict]:
-    """Every row on every prompt, rows rotated per prompt; one record per generation."""
+def run_all(args, prompts: dict, rows: list[dict], runners: dict, cost, statics: dict, checkpoint) -> list[dict]:
+    """Every row on every prompt, rows rotated per prompt, the tasks alternating prompt by prompt; one
+    record per generation. checkpoint(runs) after every round; no round starts after args.deadline."""
     runs = []
     n_rows = len(rows)
     for rep in range(args.reps):
-        for task in args.tasks:
-            for i, prompt in enumerate(prompts[task]):
+        for i in range(args.prompts):
+            for task in args.tasks:
+                if args.deadline and time.time() > args.deadline:
+                    log(f"deadline passed: stopping before rep {rep} {task} prompt {i}")
+                    return runs
+                prompt = prompts[task][i]
                 shift = (i + rep * 7) % n_rows
                 for row in rows[shift:] + rows[:shift]:
                     if row["engine"] == "transformers" and i >= args.hf_prompts:
@@ -191,9 +133,10 @@ def run_all(args, prompts: dict, rows: list[dict], runners: dict, cost, statics:
                     if row["engine"] == "llama-cpp-python":
                         rec.update(replay_prediction(row, prompt, rec, cost, statics, args.policy_table))
                     runs.append(rec)
-                log(f"rep {rep} {task} prompt {i}: " + ", ".join(
-                    f"{r['row']} {r['n_gen'] / r['t_gen_s']:.0f}" for r in runs if r['rep'] == rep and r['task'] == task
-                    and r['prompt'] == i and r['t_gen_s'] > 0) + " tok/s")
+                done = [r for r in runs if (r["rep"], r["task"], r["prompt"]) == (rep, task, i)]
+                log(f"rep {rep} {task} prompt {i} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+                    f"{r['row']} {r['n_gen'] / r['t_gen_s']:.0f}" for r in done if r["t_gen_s"] > 0) + " tok/s")
+                checkpoint(runs)
     return runs
 
 
@@ -215,7 +158,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.engines", description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", default="gemma-3-270m", help="a GGUF path or a lookupkit.models name "
                     "(default gemma-3-270m: Gemma 3 270M Q4_K_M, assembled from its package)")
-    ap.add_argument("--caches", type=Path, help="folder with gemma-wiki{25,100,541}.lkc (lookupkit-built)")
+    ap.add_argument("--caches", type=Path, help="folder with gemma-wiki{25,100,541}.lkc, gemma-wiki541-o6.lkc")
     ap.add_argument("--curve", type=Path, help="lookupkit calibrate curve of this model (default: measure one)")
     ap.add_argument("--max-k", type=int, default=64, help="calibrate --max-k when the bench measures the curve")
     ap.add_argument("--calibrate-reps", type=int, default=20)
@@ -232,8 +175,10 @@ def parse_args(argv=None):
     ap.add_argument("--rule-n", type=int, default=8, help="n_draft of llama.cpp's rule (llama-server's ngram-cache: 8)")
     ap.add_argument("--policy-n", type=int, default=16, help="the policy's n_draft at every cache size")
     ap.add_argument("--policy-drafts", default="8,32,64", help="more n_draft for the policy with the largest cache")
-    ap.add_argument("--policy-table", type=Path, help="policy confidence table (default: the bundled one)")
+    ap.add_argument("--policy-table", type=Path, help="policy confidence table (default: the one learnt on this "
+                    "model's own generations if lookupkit ships one, draft.confidence.for_model, else the bundled one)")
     ap.add_argument("--load-reps", type=int, default=2, help="llama-server starts per .lcs for the load cost")
+    ap.add_argument("--deadline", help="HH:MM (local time): start no prompt round after it; the results say so")
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 rep; llama-server only if built")
     ap.add_argument("-o", "--output", type=Path)
     ap.add_argument("--report", action="store_true", help="render bench/ENGINES.md and bench/plots/engines.png")
@@ -241,6 +186,7 @@ def parse_args(argv=None):
     if args.quick:
         args.prompts, args.n_new, args.hf_prompts, args.hf_n_new, args.reps = 2, 32, 1, 16, 1
         args.calibrate_reps, args.load_reps = 2, 1
+    args.deadline = _deadline(args.deadline)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     args.policy_drafts = [int(x) for x in args.policy_drafts.split(",") if x.strip()]
@@ -252,6 +198,10 @@ def parse_args(argv=None):
     from lookupkit import models
 
     args.model = models.resolve(args.model)
+    if args.policy_table is None:
+        from lookupkit.draft.confidence import for_model
+
+        args.policy_table = for_model(args.model)
     return args
 
 
@@ -271,15 +221,20 @@ def _main(args) -> None:
     work = bench_dir() / "engines"
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    load_start = os.getloadavg()
+    load_start = load_before = os.getloadavg()
     t_start = time.time()
 
     caches, missing = find_caches(args.caches)
     log(f"static caches: {', '.join(str(p) for p in caches.values()) or 'none'}; missing: {missing or 'none'}")
-    statics = {0: None, **{s: StaticCache.open(p) for s, p in caches.items()}}
+    statics = {"ctx": None, **{c: StaticCache.open(p) for c, p in caches.items()}}
     curve_path = args.curve or calibrated_curve(args.model, out.with_suffix(".curve.json"), args.max_k,
                                                 args.calibrate_reps, args.threads)
     cost = VerifyCost.of(curve_path)
+    if args.policy_table is None:  # the table learnt on this model's own generations, if lookupkit ships one
+        from lookupkit.draft.confidence import for_model
+
+        args.policy_table = for_model(args.model)
+    log(f"policy table: {args.policy_table or 'the bundled default'}")
     calibration = load_curve(curve_path)
     calibration.pop("raw_s", None)
 
@@ -301,16 +256,16 @@ def _main(args) -> None:
 
     lcs, load_costs, servers = {}, [], {}
     if binary:
-        lcs = {s: to_lcs(p, work / "lcs") for s, p in caches.items()}
+        lcs = {c: to_lcs(p, work / "lcs") for c, p in caches.items() if rule_cache(c) == c}
         load_costs = lcs_load_costs(binary, args.model, lcs, args.threads, args.load_reps, logs)
-        log("llama-server start to ready: " + ", ".join(f"{r['cache_mb'] or 'no'} MB .lcs {r['t_ready_s']:.2f} s"
+        log("llama-server start to ready: " + ", ".join(f"{r['cache']} .lcs {r['t_ready_s']:.2f} s"
                                                          for r in load_costs))
-        srows = server_rows(lcs.get(SERVER_LCS_SIZE) or (lcs[min(lcs)] if lcs else None))
+        srows = server_rows(lcs.get(SERVER_LCS) or next(iter(lcs.values()), None))
         servers = open_servers(srows, binary, args.model, args.threads, logs)
         rows += srows
         runners["llama-server"] = lambda row, p, n: servers[row["name"]].complete(p, n)
     if "llama-cpp-python" in args.engines:
-        rows += lcpp_rows({s: statics[s] for s in caches}, cost, args.policy_drafts, args.policy_n, args.rule_n,
+        rows += lcpp_rows({c: statics[c] for c in caches}, cost, args.policy_drafts, args.policy_n, args.rule_n,
                           args.policy_table)
         runners["llama-cpp-python"] = lcpp.run
     hf_load_s = None
@@ -320,41 +275,61 @@ def _main(args) -> None:
         hf = TransformersRunner(args.model, args.threads)
         hf_load_s = hf.t_load_s
         log(f"transformers loaded the GGUF in {hf_load_s:.1f} s")
-        rows += hf_rows({s: statics[s] for s in caches}, args.hf_cost, args.policy_n, args.rule_n)
+        rows += hf_rows({c: statics[c] for c in caches}, args.hf_cost, args.policy_n, args.rule_n)
         runners["transformers"] = hf.run
+    result = {
+        "kind": "engines", "date": date, "quick": args.quick, "complete": False,
+        "git": git_state(), "machine": machine(), "versions": versions(),
+        "command": " ".join(["python -m lookupkit.bench.engines", *sys.argv[1:]]),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "caches": {c: str(p) for c, p in caches.items()}, "caches_missing": missing,
+        "lcs": {c: str(p) for c, p in lcs.items()},
+        "calibration": {"source": str(curve_path), **calibration},
+        "prompts": {t: [{"index": i, "n_tokens": len(p), "head": paras[i].split()[:8]} for i, p in enumerate(ps)]
+                    for t, ps in prompts.items()},
+        "prompt_tokens": prompts, "rows": [public(r) for r in rows],
+        "server_ready": {n: s.t_ready_s for n, s in servers.items()}, "lcs_load": load_costs,
+        "lookupkit_open": lookupkit_open_costs(caches, 5), "hf_load_s": hf_load_s,
+    }
+
+    def checkpoint(runs, **extra):
+        result.update(runs=runs, wall_s=time.time() - t_start, **extra)
+        result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": os.getloadavg()}
+        with atomic_writer(out) as f:
+            f.write((json.dumps(result) + "\n").encode())
+
     try:
         for row in rows:  # warm-up (kernels, numba caches, first allocations): not recorded
             runners[row["engine"]](row, prompts[args.tasks[0]][0], 8)
         load_before = os.getloadavg()
-        runs = run_all(args, prompts, rows, runners, cost, statics)
-        load_after = os.getloadavg()
-        server_memory = {name: llama_server.proc_memory(s.proc.pid) for name, s in servers.items()}
+        runs = run_all(args, prompts, rows, runners, cost, statics, checkpoint)
+        checkpoint(runs, complete=len(runs) == expected_runs(args, rows),
+                   server_memory_after={n: llama_server.proc_memory(s.proc.pid) for n, s in servers.items()})
     finally:
         for s in servers.values():
             s.__exit__(None, None, None)
-
-    result = {
-        "kind": "engines", "date": date, "quick": args.quick, "wall_s": time.time() - t_start,
-        "git": git_state(), "machine": machine(), "versions": versions(), "command": " ".join(["python -m lookupkit.bench.engines", *sys.argv[1:]]),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "loadavg": {"start": load_start, "before_runs": load_before, "after_runs": load_after},
-        "caches": {str(s): str(p) for s, p in caches.items()}, "caches_missing": missing,
-        "lcs": {str(s): str(p) for s, p in lcs.items()},
-        "calibration": {"source": str(curve_path), **calibration},
-        "prompts": {t: [{"index": i, "n_tokens": len(p), "head": paras[i].split()[:8]} for i, p in enumerate(ps)]
-                    for t, ps in prompts.items()},
-        "prompt_tokens": prompts,
-        "rows": [public(r) for r in rows], "runs": runs,
-        "server_memory_after": server_memory, "server_ready": {n: s.t_ready_s for n, s in servers.items()},
-        "lcs_load": load_costs, "lookupkit_open": lookupkit_open_costs(caches, 5), "hf_load_s": hf_load_s,
-    }
-    with atomic_writer(out) as f:
-        f.write((json.dumps(result) + "\n").encode())
     log(f"wrote {out}")
     if args.report:
         from .report_engines import render
 
         render(out)
+
+
+def expected_runs(args, rows) -> int:
+    per = sum(min(args.hf_prompts, args.prompts) if r["engine"] == "transformers" else args.prompts for r in rows)
+    return per * len(args.tasks) * args.reps
+
+
+def _deadline(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        hh, mm = (int(x) for x in text.split(":"))
+        now = datetime.datetime.now()
+        when = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    except ValueError:
+        raise InputError(f"--deadline takes HH:MM, got {text!r}") from None
+    return when.timestamp()
 
 
 def _vocab_tokenizer(model: Path):

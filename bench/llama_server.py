@@ -133,7 +133,7 @@ class Server:
         self.port = free_port()
         self.cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                     "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1",
-                    "--temp", "0", *extra]
+                    "--temp", "0", "--no-cache-prompt", *extra]
         self.log = log
         self.proc = None
         self.t_ready_s = None

