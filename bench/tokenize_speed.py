@@ -22,6 +22,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -67,13 +68,23 @@ def _encode_piece(task):
     return _TOK.encode_segment(piece.decode("utf-8", "replace"), first=k == 0, last=k == n - 1)
 
 
-def two_processes(tok: Tokenizer, parts: list[bytes]) -> tuple[np.ndarray, float]:
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def two_processes(tok: Tokenizer, parts: list[bytes]) -> tuple[np.ndarray, float, float]:
+    """Ids, wall seconds, and the workers' CPU seconds (counted once they are reaped)."""
     global _TOK
     _TOK = tok
-    with mp.get_context("fork").Pool(2) as pool:
-        start = time.perf_counter()
-        ids = pool.map(_encode_piece, [(k, len(parts), p) for k, p in enumerate(parts)], chunksize=1)
-        return np.concatenate(ids), time.perf_counter() - start
+    cpu0 = _children_cpu()
+    pool = mp.get_context("fork").Pool(2)
+    start = time.perf_counter()
+    ids = pool.map(_encode_piece, [(k, len(parts), p) for k, p in enumerate(parts)], chunksize=1)
+    wall = time.perf_counter() - start
+    pool.close()
+    pool.join()
+    return np.concatenate(ids), wall, _children_cpu() - cpu0
 
 
 def lookup_create(model: Path, corpus: Path, mb: int, jobs: int) -> dict:
@@ -135,13 +146,16 @@ def main(argv=None) -> dict:
         print(f"one core: {walls[-1]:.2f} MB/s wall, {cpus[-1]:.2f} MB/s CPU", flush=True)
     result["n_tokens"] = len(ids)
     result["one_core_mb_s_wall"], result["one_core_mb_s_cpu"] = spread(walls), spread(cpus)
-    parts, two = pieces(data), []
+    parts, two, two_cpu = pieces(data), [], []
     for _ in range(args.runs):
-        got, wall = two_processes(tok, parts)
+        got, wall, cpu = two_processes(tok, parts)
         assert np.array_equal(got, ids), "the two-process ids differ from the one-core ids"
         two.append(mb / wall)
-        print(f"two processes: {two[-1]:.2f} MB/s wall ({len(parts)} pieces)", flush=True)
+        two_cpu.append(mb / cpu)
+        print(f"two processes: {two[-1]:.2f} MB/s wall, {two_cpu[-1]:.2f} MB per CPU-second "
+              f"({len(parts)} pieces)", flush=True)
     result["two_processes_mb_s_wall"] = spread(two)
+    result["two_processes_mb_per_cpu_s"] = spread(two_cpu)  # = one core's rate if they scaled perfectly
     result["two_vs_one_wall_best"] = round(max(two) / max(walls), 2)
     if not args.no_builds:
         result["lookup_create"] = [lookup_create(args.model, args.corpus, args.mb, j) for j in (1, 2)]
