@@ -48,7 +48,9 @@ def tokenizer_mode(tokenizer) -> str:
     for path in sorted(f for f in files if f):
         with open(path, "rb") as f:
             code.update(f.read())
-    return f"lookup-create:add_special=1:parse_special=1:strip_nl=1:lookupkit={__version__}:code={code.hexdigest()[:16]}"
+    engine = getattr(tokenizer, "version", None)  # the llama-cpp-python fallback: ids are that build's tokenizer's
+    return (f"lookup-create:add_special=1:parse_special=1:strip_nl=1:lookupkit={__version__}:code={code.hexdigest()[:16]}"
+            + (f":llama-cpp-python={engine}" if engine else ""))
 
 
 def is_cut(b: bytes | bytearray, c: int) -> bool:

@@ -234,6 +234,8 @@ def test_refused_vocab_through_llama_cpp(name):
     assert tok.encode(text).tolist() == llama_ids(path, text, True, True)
     with pytest.raises(InputError, match="whole texts"):
         tok.encode_segment(text, first=True, last=False)
+    from lookupkit.corpora.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
+    assert tokenizer_mode(tok).endswith(f":llama-cpp-python={tok.version}")
 
 
 def test_gemma_with_weights_through_fallback_is_native():
