@@ -22,7 +22,6 @@ import time
 
 import numpy as np
 
-from .engines import gguf_vocab, require
 from ..errors import InputError
 from ..verify_cost import FORMAT
 from ..rules import MAX_DRAFT
@@ -39,13 +38,11 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
         raise InputError(f"position must be a whole number >= 1, got {position!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a whole number >= 1, got {threads!r}")
-    gguf_vocab(model_path)  # a file that is not GGUF is refused here, in one line
-    llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
-    from .llama_generate import _Batch as Batch, _Model as Model
+    from .llama_generate import _Batch as Batch, _Model as Model, open_model
 
     n_batch = max(512, max_k + 1)
-    llm = llama_cpp.Llama(model_path=os.fspath(model_path), n_ctx=position + max_k + 1, n_batch=n_batch,
-                          n_ubatch=n_batch, n_threads=threads, n_threads_batch=threads, verbose=False)
+    # the context generate() runs in (open_model: llama-server's flash attention and SWA cache settings)
+    llm = open_model(model_path, n_ctx=position + max_k + 1, threads=threads, n_batch=n_batch, n_ubatch=n_batch)
     m = Model(llm)
     batch = Batch(m.lib, n_batch)
     rng = np.random.default_rng(seed)
