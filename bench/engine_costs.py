@@ -28,19 +28,24 @@ def lcs_load_costs(binary: Path, model: Path, lcs: dict, threads: int, reps: int
 
 
 def lookupkit_open_costs(caches: dict, reps: int) -> list[dict]:
-    """StaticCache.open of each .lkc (warm page cache) and its first lookup, in this process."""
+    """StaticCache.open of each .lkc (warm page cache) and its first lookup, in this process, with the
+    growth of this process's resident memory across both."""
+    import os
+
     from lookupkit import StaticCache
 
     out = []
     for label, path in caches.items():
         for rep in range(reps):
+            rss0 = llama_server.proc_memory(os.getpid()).get("VmRSS")
             t0 = time.perf_counter()
             with StaticCache.open(path) as cache:
                 t1 = time.perf_counter()
                 cache.find(2, 2)
                 t2 = time.perf_counter()
+                rss1 = llama_server.proc_memory(os.getpid()).get("VmRSS")
             out.append({"cache": label, "rep": rep, "lkc_bytes": path.stat().st_size, "t_open_s": t1 - t0,
-                        "t_first_find_s": t2 - t1})
+                        "t_first_find_s": t2 - t1, "rss_growth": rss1 - rss0 if rss0 and rss1 else None})
     return out
 
 

@@ -230,10 +230,6 @@ def _main(args) -> None:
     curve_path = args.curve or calibrated_curve(args.model, out.with_suffix(".curve.json"), args.max_k,
                                                 args.calibrate_reps, args.threads)
     cost = VerifyCost.of(curve_path)
-    if args.policy_table is None:  # the table learnt on this model's own generations, if lookupkit ships one
-        from lookupkit.draft.confidence import for_model
-
-        args.policy_table = for_model(args.model)
     log(f"policy table: {args.policy_table or 'the bundled default'}")
     calibration = load_curve(curve_path)
     calibration.pop("raw_s", None)

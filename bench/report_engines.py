@@ -210,7 +210,8 @@ def load_table(data: dict) -> list[str]:
     for label, rs in by.items():
         t = sorted(r["t_open_s"] * 1e3 for r in rs)
         lines.append(f"| lookupkit `StaticCache.open` (+ first find {statistics.median(r['t_first_find_s'] for r in rs) * 1e6:.0f} µs)"
-                     f" | {label} | {rs[0]['lkc_bytes'] / 1e6:.0f} | {statistics.median(t):.2f} ms (median of {len(t)}) | mapped, not read |")
+                     f" | {label} | {rs[0]['lkc_bytes'] / 1e6:.0f} | {statistics.median(t):.2f} ms (median of {len(t)}) | "
+                     f"+{_f(statistics.median((r.get('rss_growth') or 0) for r in rs) / 2**20, '{:.1f}')} (median growth) |")
     return lines
 
 

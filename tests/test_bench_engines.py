@@ -173,3 +173,20 @@ def test_render_writes_markdown_and_plot(tmp_path):
     path.write_text(json.dumps({"kind": "other"}))
     with pytest.raises(InputError, match="not an engines bench result"):
         rep.load(path)
+
+
+def test_policy_slower_than_the_rule_is_not_met_even_when_it_beats_plain():
+    data = _results(policy_t_gen=1.0)  # rule-ctx: 0.8 s, plain: 2 s
+    verdicts = {t: v for t, _, v in rep.targets(data, rep.summarise(data))}
+    assert verdicts["policy never loses to plain at any cache size, never slower than llama.cpp's rule"] == "**not met**"
+
+
+def test_deadline_and_planned_runs(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with pytest.raises(InputError, match="HH:MM"):
+        engines.parse_args(["-m", str(model), "--deadline", "late"])
+    a = engines.parse_args(["-m", str(model), "--deadline", "22:05", "--prompts", "8", "--hf-prompts", "4", "--reps", "2"])
+    assert a.deadline > 0
+    rows = [{"engine": "llama-server"}, {"engine": "transformers"}]
+    assert engines.expected_runs(a, rows) == (8 + 4) * 2 * 2
