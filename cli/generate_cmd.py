@@ -157,7 +157,8 @@ def _print(r: dict) -> None:
                    f"(prompt {s['t_prompt_s']:.2f} s, stop: {s['stop']})")
     acc = f"{d['acceptance']:.0%}" if d["acceptance"] is not None else "n/a"
     per_call = f"{d['accepted_per_call']:.2f}" if d["accepted_per_call"] is not None else "n/a"
-    typer.echo(f"drafting: {r['policy']} policy, --draft {r['n_draft']}, {caches or 'context only'}: "
+    how = "llama.cpp's rule" if r["policy"] == PolicyName.llama.value else "lookupkit's policy"
+    typer.echo(f"drafting: {how}, --draft {r['n_draft']}, {caches or 'context only'}: "
                f"{d['calls']} calls, {d['drafted']} drafted, {d['accepted']} accepted ({acc}), "
                f"{per_call} accepted per call")
     if r["predicted_speedup"] is not None:

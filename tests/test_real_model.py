@@ -102,7 +102,7 @@ def test_the_registry_assembles_the_checked_model_once(gemma_path):
 def replay_from_logits(prompt_len, batches, max_tokens):
     """The tokens a greedy verify loop must emit, re-derived from each batch's tokens and the argmax of
     each of its raw logits rows."""
-    (pos0, toks0, greedy0), *rest = batches
+    (pos0, _, greedy0), *rest = batches
     assert pos0 == prompt_len - 1 and len(greedy0) == 1
     out = [int(greedy0[0])]
     for pos, toks, greedy in rest:
