@@ -175,6 +175,7 @@ def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int 
     Llama's n_batch - 1). The drafter follows the prompt from scratch and learns the finished sequence
     into its dynamic cache. on_token(token) is called for each emitted token; on_batch(pos0, tokens,
     logits) for each decoded batch with its logits rows (rows, n_vocab) — for checks, not speed.
+    One generation at a time per Llama (its KV cache is the loop's state); a Drafter follows one too.
     """
     m = _Model(llm)
     prompt = _check_prompt(prompt_tokens, m.n_vocab)
