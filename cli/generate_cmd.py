@@ -38,6 +38,9 @@ def generate_cmd(
                                        "start from (must exist)."),
     policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
                                       "lookupkit: draft only what pays at --verify-cost."),
+    policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
+                                                "confidence tables (default: those learnt on this model's own "
+                                                "generations if lookupkit ships them, else the bundled ones)."),
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each "
                                               "drafted position relative to one decoding step, or the curve "
                                               "`lookupkit calibrate -o` measured on this model: the policy drafts by "
@@ -65,7 +68,13 @@ def generate_cmd(
 
     vocab = model_vocab(path)  # a file that is not GGUF is refused here, before anything loads
     static = StaticCache.open(lcs, expect_vocab=vocab) if lcs is not None else None
-    drafter = Drafter(static=static, dynamic=lcd, policy=policy.value,
+    if policy_table is not None and policy is not PolicyName.lookupkit:
+        raise InputError("--policy-table is only used with --policy lookupkit")
+    if policy is PolicyName.lookupkit and policy_table is None:
+        from ..draft.confidence import for_model
+
+        policy_table = for_model(path)
+    drafter = Drafter(static=static, dynamic=lcd, policy=policy.value, policy_table=policy_table,
                       verify_cost=cost if cost is not None else DEFAULT_COST)
     llm = open_model(path, n_ctx=n_ctx, threads=threads, n_batch=max(512, n_draft + 1))
     try:
@@ -82,7 +91,7 @@ def generate_cmd(
                                       on_token=lambda _t, task=task: bar.advance(task))
                 bar.update(task, completed=n_predict, rate=f"{runs[name].tokens_per_s or 0:.1f} tok/s")
         report = _report(runs["plain"], runs["drafted"], cost, llm, path=str(path), lcs=lcs, lcd=lcd,
-                         policy=policy.value, n_draft=n_draft, threads=threads, n_ctx=llm.n_ctx())
+                         policy=policy.value, policy_table=policy_table and str(policy_table), n_draft=n_draft, threads=threads, n_ctx=llm.n_ctx())
     finally:
         llm.close()
     if as_json:
@@ -157,7 +166,8 @@ def _print(r: dict) -> None:
                    f"(prompt {s['t_prompt_s']:.2f} s, stop: {s['stop']})")
     acc = f"{d['acceptance']:.0%}" if d["acceptance"] is not None else "n/a"
     per_call = f"{d['accepted_per_call']:.2f}" if d["accepted_per_call"] is not None else "n/a"
-    how = "llama.cpp's rule" if r["policy"] == PolicyName.llama.value else "lookupkit's policy"
+    how = "llama.cpp's rule" if r["policy"] == PolicyName.llama.value else (
+        f"lookupkit's policy ({Path(r['policy_table']).name if r['policy_table'] else 'bundled tables'})")
     typer.echo(f"drafting: {how}, --draft {r['n_draft']}, {caches or 'context only'}: "
                f"{d['calls']} calls, {d['drafted']} drafted, {d['accepted']} accepted ({acc}), "
                f"{per_call} accepted per call")

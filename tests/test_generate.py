@@ -222,6 +222,7 @@ def test_generate_command_json_with_the_policy_and_a_verify_cost(tiny_gguf, stat
     assert doc["prompt_tokens"] == len(prompt) and doc["first_divergence"] is None
     assert doc["plain"]["tokens"] == doc["drafted"]["tokens"] == 50 and doc["plain"]["drafted"] == 0
     assert doc["drafted"]["accepted"] > 0 and doc["predicted_speedup"] > 1 and doc["policy"] == "lookupkit"
+    assert doc["policy_table"] is None  # no tables ship for the tiny model: the bundled ones
     assert doc["speedup"] == pytest.approx(doc["drafted"]["tokens_per_s"] / doc["plain"]["tokens_per_s"])
     assert doc["verdict"].startswith("drafting ")
 
@@ -250,6 +251,7 @@ def test_generate_command_refuses_bad_input_in_one_line(tiny_gguf, tmp_path):
         (["-m", tiny_gguf, "-p", PROMPT, "-f", tmp_path / "nope.txt"], "exactly one of"),
         (["-m", tiny_gguf, "-f", tmp_path / "nope.txt"], "prompt file"),
         (["-m", tiny_gguf, "-p", PROMPT, "-lcd", static_path_of(tmp_path)], "a static cache"),
+        (["-m", tiny_gguf, "-p", PROMPT, "--policy-table", prompt], "only used with --policy lookupkit"),
     ]
     for args, fragment in cases:
         assert_one_line_error(cli(*args, *base), fragment)

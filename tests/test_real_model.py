@@ -183,3 +183,10 @@ def test_generate_command_on_gemma_by_name(gemma_static, passage):
     doc = json.loads(r.stdout)
     assert doc["path"] == str(models.path("gemma-3-270m")) and doc["plain"]["tokens"] == doc["drafted"]["tokens"] == 48
     assert doc["drafted"]["accepted"] > 10 and doc["speedup"] > 0 and doc["verdict"].startswith("drafting ")
+    from lookupkit.draft.confidence import for_model
+
+    r = CliRunner().invoke(app, ["generate", "-m", "gemma-3-270m", "-p", text, "-n", "16", "-t", "2", "-c", "1024",
+                                 "--policy", "lookupkit", "--draft", "32", "-q"])
+    assert r.exit_code == 0, r.output
+    table = for_model("gemma-3-270m")
+    assert table is None or f"lookupkit's policy ({table.name})" in r.stdout
