@@ -1,9 +1,10 @@
 """Drop-in drafters for real inference engines, and what both adapters share.
 
-`lookupkit.integrations.llama_cpp` (llama-cpp-python's draft-model hook) and
+`lookupkit.integrations.llama_cpp` (lookupkit's own greedy loop over llama-cpp-python's low-level API,
+`generate()` in `llama_generate`, and llama-cpp-python's draft-model hook) and
 `lookupkit.integrations.transformers` (transformers' `generate(custom_generate=...)`) import their
 engine lazily, so importing this package costs nothing beyond lookupkit itself; `calibrate` measures
-what one more verified token costs on a GGUF model.
+what one more verified token costs on a GGUF model, through generate()'s own verify step.
 
 Engines hand the drafter the whole history at every call: `session.DraftSession` turns that into the
 Drafter's incremental calls; `engines` holds the lazy imports and the vocabulary check both share.
