@@ -238,7 +238,9 @@ def render_markdown(data: dict, figs: dict, results_name: str) -> str:
           f"{', '.join(data.get('caches', {})) or 'none'}"
           f"{'; missing: ' + ', '.join(data['caches_missing']) if data.get('caches_missing') else ''}. "
           f"Cost curve: `{cal.get('source')}` (t1 = {_f(cal.get('t1_s') and cal['t1_s'] * 1e3, '{:.1f}')} ms, "
-          f"max k = {max(map(int, cal.get('curve', {0: 0}))) if cal.get('curve') else '–'}).", ""]
+          f"max k = {max(map(int, cal.get('curve', {0: 0}))) if cal.get('curve') else '–'})."
+          + (" **One repetition only**: no min–max, no repeat of a plain row against itself; a target "
+             "verdict rests on this single run." if a.get("reps") == 1 else ""), ""]
     for task, title in (("wiki", "WikiText-103 valid: a paragraph's first 250 words, then the model continues"),
                         ("copy", "Copying pays: the paragraph, a blank line and its own first 12 words again")):
         if any(t == task for t, _ in figs):
