@@ -156,3 +156,14 @@ def test_missing_torch_or_transformers_names_the_extra(monkeypatch, missing):
         import lookupkit.integrations.transformers  # noqa: F401
     assert str(exc.value) == f"{missing} is not installed: pip install 'lookupkit[transformers]'"
 
+
+
+def test_the_policy_drafts_by_the_table_it_is_given():
+    import numpy as np
+
+    from lookupkit.draft import confidence
+
+    path = confidence.for_model("gemma-3-270m")
+    lookup = LookupGenerate(policy="lookupkit", policy_table=path)
+    assert np.array_equal(lookup.session.drafter._pol.table, confidence.load(path)[0])
+    assert not np.array_equal(LookupGenerate(policy="lookupkit").session.drafter._pol.table, confidence.load(path)[0])

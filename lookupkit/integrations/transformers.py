@@ -58,19 +58,20 @@ class LookupGenerate(Counted):
     static: a path or an open StaticCache (share one between LookupGenerate objects: one mapping);
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT; vocab: a GGUF or tokenizer.json
     whose vocabulary the static cache must have (checked at construction; the model's vocab_size is
-    always checked against the cache's); policy and verify_cost as for the llama-cpp-python adapter.
+    always checked against the cache's); policy, verify_cost and policy_table (e.g.
+    draft.confidence.for_model("gemma-3-270m")) as for the Drafter.
     Counters: n_calls, n_drafted, n_accepted, `stats()`.
     One sequence at a time: one LookupGenerate per concurrent generation (the model may be shared).
     """
 
     def __init__(self, static=None, dynamic=None, n_draft: int = 8, vocab=None, policy: str = "llama.cpp",
-                 verify_cost=DEFAULT_COST):
+                 verify_cost=DEFAULT_COST, policy_table=None):
         self.static = open_static(static)
         if vocab is not None:
             if self.static is not None:
                 self.static.check_vocab(vocab_identity(vocab))
         self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic, policy=policy,
-                                                    verify_cost=verify_cost), n_draft)
+                                            verify_cost=verify_cost, policy_table=policy_table), n_draft)
 
     def __call__(self, model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         _check_supported()
