@@ -209,12 +209,18 @@ def _push(cur, left, right, keys, rks, n_sym, hk, hr, ha, hb, size):
         p = (i - 1) >> 1
         if hk[p] <= hk[i]:
             break
-        hk[p], hk[i] = hk[i], hk[p]
-        hr[p], hr[i] = hr[i], hr[p]
-        ha[p], ha[i] = ha[i], ha[p]
-        hb[p], hb[i] = hb[i], hb[p]
+        _swap(hk, hr, ha, hb, p, i)
         i = p
     return size + 1
+
+
+@njit(cache=True, inline="always")
+def _swap(hk, hr, ha, hb, i, j):
+    """Swap heap entries i and j (key, right symbol, and the pair's two symbols are parallel arrays)."""
+    hk[i], hk[j] = hk[j], hk[i]
+    hr[i], hr[j] = hr[j], hr[i]
+    ha[i], ha[j] = ha[j], ha[i]
+    hb[i], hb[j] = hb[j], hb[i]
 
 
 @njit(cache=True, inline="always")
@@ -230,9 +236,6 @@ def _pop(hk, hr, ha, hb, size):
             c += 1
         if hk[i] <= hk[c]:
             break
-        hk[c], hk[i] = hk[i], hk[c]
-        hr[c], hr[i] = hr[i], hr[c]
-        ha[c], ha[i] = ha[i], ha[c]
-        hb[c], hb[i] = hb[i], hb[c]
+        _swap(hk, hr, ha, hb, c, i)
         i = c
     return size
