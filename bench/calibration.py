@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .models import bench_dir, ensure_model
-from .provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.models import bench_dir, ensure_model
+from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
 
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 SIZES = (0, 25, 50, 100, 200, 541)
@@ -40,9 +40,9 @@ SIZES = (0, 25, 50, 100, 200, 541)
 def _cost():
     """The verify-cost model's module (lookupkit.verify_cost; lookupkit.replay.cost before it moved)."""
     try:
-        from .. import verify_cost
+        from lookupkit import verify_cost
     except ImportError:
-        from ..replay import cost as verify_cost
+        from lookupkit.replay import cost as verify_cost
     return verify_cost
 
 
@@ -61,9 +61,9 @@ def noise(raw: dict) -> dict:
 
 
 def expected_table(curve: dict, eval_path: Path, workdir: Path, n_ctx: int, n_draft: int) -> list[dict]:
-    from .. import StaticCache
-    from ..corpora import read_token_file
-    from ..replay import replay
+    from lookupkit import StaticCache
+    from lookupkit.corpora import read_token_file
+    from lookupkit.replay import replay
     REPORTED_COSTS, VerifyCost, break_even, speedup = (getattr(_cost(), n) for n in
                                                        ("REPORTED_COSTS", "VerifyCost", "break_even", "speedup"))
 
@@ -92,7 +92,7 @@ def _generate(model: Path, prompt: list[int], n_new: int, threads: int, n_ctx: i
     """One generation in a new Llama (no KV reuse between runs); every eval's size and time recorded."""
     import llama_cpp
 
-    from ..integrations.llama_cpp import LookupDraftModel
+    from lookupkit.integrations.llama_cpp import LookupDraftModel
 
     draft = LookupDraftModel(static=static, n_draft=n_draft, model=str(model)) if static is not None else None
     draft_s = []
@@ -138,14 +138,14 @@ def _generate(model: Path, prompt: list[int], n_new: int, threads: int, n_ctx: i
 
 def wall_clock_check(model: Path, cal: dict, static_path: Path | None, threads: int, n_new: int, runs: int,
                      prompt_len: int, n_ctx: int, n_draft: int) -> dict:
-    from .. import StaticCache
-    from ..corpora import read_token_file
-    from ..replay import replay_generation
+    from lookupkit import StaticCache
+    from lookupkit.corpora import read_token_file
+    from lookupkit.replay import replay_generation
 
     curve, t1 = cal["curve"], cal["t1_s"]
     prompt = read_token_file(EVAL)[:prompt_len].tolist()
     static = StaticCache.open(static_path) if static_path else None
-    from .. import Drafter
+    from lookupkit import Drafter
 
     Drafter(static=static).draft(prompt[:64], 8)  # load the compiled kernels before anything is timed
     drafted, plain, outputs = [], [], {}
@@ -200,9 +200,9 @@ def wall_clock_check(model: Path, cal: dict, static_path: Path | None, threads: 
 
 def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, position: int, out_dir: Path,
         workdir: Path, skip_table: bool = False, curve: Path | None = None) -> Path:
-    from ..integrations.calibrate import calibrate
+    from lookupkit.integrations.calibrate import calibrate
     save_curve = _cost().save_curve
-    from .. import StaticCache  # noqa: F401  (import before timing anything)
+    from lookupkit import StaticCache  # noqa: F401  (import before timing anything)
 
     model = ensure_model("Q8_0", log=log)
     out_dir.mkdir(parents=True, exist_ok=True)

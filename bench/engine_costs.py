@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import llama_server
+from lookupkit.bench import llama_server
 
 
 def lcs_load_costs(binary: Path, model: Path, lcs: dict, threads: int, reps: int, logs: Path) -> list[dict]:

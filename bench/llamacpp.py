@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import FormatError, InputError
+from lookupkit.errors import FormatError, InputError
 
 PINNED_VERSION = "0.3.36"  # llama-cpp-python release whose vendor/llama.cpp is measured
 CXX_FLAGS = ("-O2", "-std=c++17")

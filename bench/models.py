@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from lookupkit.errors import InputError
 
 QWEN2_VOCAB = Path(__file__).resolve().parents[1].parent / "shared" / "vocab" / "ggml-vocab-qwen2.gguf"
 BUNDLED_VOCAB = Path(str(resources.files("lookupkit") / "data" / "ggml-vocab-gpt-2.gguf"))

@@ -15,10 +15,10 @@ import argparse
 
 import numpy as np
 
-from ..formats.vmap import probes
-from ..corpora import read_token_file
-from ..replay import replay
-from ..static.cache import StaticCache
+from lookupkit.formats.vmap import probes
+from lookupkit.corpora import read_token_file
+from lookupkit.replay import replay
+from lookupkit.static.cache import StaticCache
 
 PAGE = 4096
 

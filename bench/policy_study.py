@@ -23,12 +23,12 @@ import sysconfig
 import time
 from pathlib import Path
 
-from .. import StaticCache, Tokenizer
-from ..corpora import read_token_file
-from ..draft.confidence import load as load_tables
-from ..draft.policy import make_policy
-from ..replay.fast import replay_fast
-from ..verify_cost import REPORTED_COSTS, VerifyCost
+from lookupkit import StaticCache, Tokenizer
+from lookupkit.corpora import read_token_file
+from lookupkit.draft.confidence import load as load_tables
+from lookupkit.draft.policy import make_policy
+from lookupkit.replay.fast import replay_fast
+from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WORK = Path.home() / ".cache" / "lookupkit" / "bench"

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import psutil
 
-from .measure import run, script
-from .scale import DATA, HERE, _count, corpus
-from .scale_gen import ZipfMarkov
+from lookupkit.bench.measure import run, script
+from lookupkit.bench.scale import DATA, HERE, _count, corpus
+from lookupkit.bench.scale_gen import ZipfMarkov
 
 SHARED = Path(os.environ.get("LOOKUPKIT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 BEGIN, END = "<!-- ray:begin -->", "<!-- ray:end -->"

@@ -7,8 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
-from .guards import MB, MIN_RUNS, verdict  # noqa: F401  (re-exported: the report's guards)
-from .report_startup import startup_section
+from lookupkit.bench.guards import MB, MIN_RUNS, verdict  # noqa: F401  (re-exported: the report's guards)
+from lookupkit.bench.report_startup import startup_section
 
 # anchors.md: the fork (Apple M4 Pro) and upstream llama.cpp measured on this kind of machine, 541 MB
 TARGETS = {"open_ms": 1.0, "rss_growth_mb": 1.0, "static_mem_mb": 200.0, "us_per_token": 1.0,
@@ -147,7 +147,7 @@ def render(data: dict, calibrations: list[dict] = (), startup: dict | None = Non
         lines += _replay_table(res, unit, d)
     lines += _cold_replay_table(res, unit) + _tie_rule_section() + _share_table(res) + startup_section(data) + _targets(res)
     if calibrations:
-        from .report_calibration import render_calibration
+        from lookupkit.bench.report_calibration import render_calibration
 
         lines += ["## Will it pay on a 0.5B model? Verify-cost curve, expected speed-up, wall clock", "",
                   "From `python -m lookupkit.bench.calibration` (its own runs, commands and dates below; not part of "

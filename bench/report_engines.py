@@ -19,9 +19,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ..errors import InputError
-from ..files import atomic_writer
-from .engine_rows import cache_command
+from lookupkit.errors import InputError
+from lookupkit.files import atomic_writer
+from lookupkit.bench.engine_rows import cache_command
 
 HERE = Path(__file__).resolve().parent
 PREDICT_TOLERANCE = 0.15  # issue 13 item 6: replay + calibration within 15 % of measured generation time

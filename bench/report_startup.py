@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .guards import MB, verdict
+from lookupkit.bench.guards import MB, verdict
 
 
 def _ms(summary: dict | None, scale: float = 1e3, digits: int = 0) -> str:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .measure import run, script
-from .scale_gen import ZipfMarkov, fit_power, generate, growth
+from lookupkit.bench.measure import run, script
+from lookupkit.bench.scale_gen import ZipfMarkov, fit_power, generate, growth
 
 HERE = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench" / "scale"
@@ -251,7 +251,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def _budget_mib(text: str) -> float:
-    from ..corpora import parse_size
+    from lookupkit.corpora import parse_size
 
     return parse_size(text) / 2**20
 

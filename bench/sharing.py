@@ -11,7 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from .measure import python_module
+from lookupkit.bench.measure import python_module
 
 
 def smaps_rollup(pid: int) -> dict:

@@ -43,7 +43,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from .provenance import RESULTS, git_state, machine, warm_file
+from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -42,7 +42,7 @@ def evict(path: str) -> None:
 def probe_open(path: str, runs: int, cold: bool) -> dict:
     """This process's first StaticCache.open (the one an engine pays at start, after `import lookupkit`),
     then `runs` - 1 more opens of the same file (each evicted first when cold)."""
-    from .. import StaticCache
+    from lookupkit import StaticCache
 
     times, rss_growth = [], []
     for _ in range(max(runs, 1)):
@@ -59,10 +59,10 @@ def probe_open(path: str, runs: int, cold: bool) -> dict:
 
 
 def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool, cold: bool = False) -> dict:
-    from .. import StaticCache
-    from ..memory import peak_rss_bytes
-    from ..corpora import read_token_file
-    from ..replay import replay
+    from lookupkit import StaticCache
+    from lookupkit.memory import peak_rss_bytes
+    from lookupkit.corpora import read_token_file
+    from lookupkit.replay import replay
 
     ids = read_token_file(tokens)
     if cold and lcs:

@@ -38,7 +38,7 @@ from lookupkit.corpora.stream import Budget, Consumed
 from lookupkit.corpora.tokenized import next_cut
 from lookupkit.tokenizer import Tokenizer
 
-from .provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
 
 _TOK = None  # the forked workers' tokenizer (inherited, not pickled)
 

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import StaticCache
-from ..corpora import read_token_file
-from ..draft import confidence
+from lookupkit import StaticCache
+from lookupkit.corpora import read_token_file
+from lookupkit.draft import confidence
 
 
 def main(argv=None) -> None:

@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from ..files import ensure_dir
-from ..errors import InputError
-from .common import guarded
+from lookupkit.files import ensure_dir
+from lookupkit.errors import InputError
+from lookupkit.cli.common import guarded
 
 
 @guarded
@@ -33,9 +33,9 @@ def bench(
     no_startup: bool = typer.Option(False, "--no-startup", help="Skip the start-up measurements."),
 ) -> None:
     """Build, open and replay static caches of several corpus sizes; write results, report and plots."""
-    from ..bench.plots import make_plots
-    from ..bench.report import write_report
-    from ..bench.study import SHARED, Study, StudyConfig
+    from lookupkit.bench.plots import make_plots
+    from lookupkit.bench.report import write_report
+    from lookupkit.bench.study import SHARED, Study, StudyConfig
 
     here = Path(__file__).resolve().parents[1] / "bench"
     base = ensure_dir(out_dir or (here if not quick else Path.cwd() / "lookupkit-bench-quick"),

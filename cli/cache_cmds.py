@@ -10,11 +10,11 @@ from typing import Optional
 
 import typer
 
-from .. import formats
-from ..errors import InputError
-from ..static import StaticCache
-from ..tokenizer import Tokenizer
-from .common import guarded, print_json
+from lookupkit import formats
+from lookupkit.errors import InputError
+from lookupkit.static import StaticCache
+from lookupkit.tokenizer import Tokenizer
+from lookupkit.cli.common import guarded, print_json
 
 PATH = typer.Argument(..., help="cache file: .lkc, .lkc.zst, .ggngcmap or llama.cpp legacy (.lcs)")
 JSON = typer.Option(False, "--json", help="print JSON instead of text")

@@ -11,9 +11,9 @@ from typing import Optional
 
 import typer
 
-from ..verify_cost import save_curve
-from ..rules import MAX_DRAFT
-from .common import guarded, print_json
+from lookupkit.verify_cost import save_curve
+from lookupkit.rules import MAX_DRAFT
+from lookupkit.cli.common import guarded, print_json
 
 
 @guarded
@@ -30,8 +30,8 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="Print the whole result, raw timings included, as JSON."),
 ) -> None:
     """Measure the cost of evaluating 1 + k tokens against 1 (k = 1..max-k) at a realistic context position."""
-    from ..integrations.calibrate import calibrate as measure  # (imports llama-cpp-python)
-    from .. import models
+    from lookupkit.integrations.calibrate import calibrate as measure  # (imports llama-cpp-python)
+    from lookupkit import models
 
     model = models.resolve(model)
     result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads)

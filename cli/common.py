@@ -12,7 +12,7 @@ import typer
 from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn, TransferSpeedColumn)
 
-from ..errors import LookupkitError, LookupkitWarning
+from lookupkit.errors import LookupkitError, LookupkitWarning
 
 EXIT_ERROR = 2
 

@@ -13,11 +13,11 @@ from typing import List, Optional
 
 import typer
 
-from ..build import build_static
-from ..counts.orders import OrderParams, parse_orders
-from ..corpora import HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
-from ..errors import InputError
-from .common import guarded, print_json, progress, run
+from lookupkit.build import build_static
+from lookupkit.counts.orders import OrderParams, parse_orders
+from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
+from lookupkit.errors import InputError
+from lookupkit.cli.common import guarded, print_json, progress, run
 
 EXAMPLES = """Examples:
 
@@ -134,7 +134,7 @@ def _tokenizer(model: Path | None):
     installed, announced on stderr (and its speed after a build)."""
     from importlib.util import find_spec
 
-    from ..tokenizer.encode import FALLBACK, Tokenizer
+    from lookupkit.tokenizer.encode import FALLBACK, Tokenizer
 
     if model is None:
         return Tokenizer.default()

@@ -16,22 +16,22 @@ from typing import Optional
 
 import typer
 
-from .. import _version
-from ..build import build_static
-from ..counts.orders import OrderParams
-from ..draft.confidence import load as load_tables
-from ..draft.policy import make_policy
-from ..errors import LookupkitError
-from ..verify_cost import VerifyCost
-from ..corpora import StdlibCorpus
-from ..draft import Drafter
-from ..files import default_root, ensure_dir
-from ..replay import replay
-from ..replay.sweep import expected_speedup
-from ..rules import check_replay
-from ..static import StaticCache
-from ..tokenizer import Tokenizer
-from .common import guarded, print_json, progress
+from lookupkit import _version
+from lookupkit.build import build_static
+from lookupkit.counts.orders import OrderParams
+from lookupkit.draft.confidence import load as load_tables
+from lookupkit.draft.policy import make_policy
+from lookupkit.errors import LookupkitError
+from lookupkit.verify_cost import VerifyCost
+from lookupkit.corpora import StdlibCorpus
+from lookupkit.draft import Drafter
+from lookupkit.files import default_root, ensure_dir
+from lookupkit.replay import replay
+from lookupkit.replay.sweep import expected_speedup
+from lookupkit.rules import check_replay
+from lookupkit.static import StaticCache
+from lookupkit.tokenizer import Tokenizer
+from lookupkit.cli.common import guarded, print_json, progress
 
 PROMPTS = ("from collections import", "for i in range(len", "if __name__ ==")
 ORDERS = (3, 4, 5, 6)

@@ -14,9 +14,9 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
-from ..files import open_input
-from .common import guarded, print_json, progress
+from lookupkit.errors import InputError
+from lookupkit.files import open_input
+from lookupkit.cli.common import guarded, print_json, progress
 
 PAYS, LOSES = 1.05, 0.95  # speed-ups above / below which the verdict is "pays" / "does not pay"
 MAX_GEN_DRAFT = 256  # --draft beyond this is refused: a verify batch that long is never cheaper than its tokens
@@ -55,23 +55,23 @@ def generate_cmd(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars."),
 ) -> None:
     """Generate greedily without and with drafting (the same loop) and say whether drafting pays."""
-    from .. import Drafter, models
-    from ..draft.policy import DEFAULT_COST
-    from ..static import StaticCache
-    from ..verify_cost import VerifyCost
+    from lookupkit import Drafter, models
+    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.static import StaticCache
+    from lookupkit.verify_cost import VerifyCost
 
     text = _prompt_text(prompt, file)
     _check_numbers(n_draft, n_predict, threads, n_ctx)
     cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
     path = models.resolve(model)
-    from ..integrations.llama_generate import generate, model_vocab, open_model
+    from lookupkit.integrations.llama_generate import generate, model_vocab, open_model
 
     vocab = model_vocab(path)  # a file that is not GGUF is refused here, before anything loads
     static = StaticCache.open(lcs, expect_vocab=vocab) if lcs is not None else None
     if policy_table is not None and policy is not PolicyName.lookupkit:
         raise InputError("--policy-table is only used with --policy lookupkit")
     if policy is PolicyName.lookupkit and policy_table is None:
-        from ..draft.confidence import for_model
+        from lookupkit.draft.confidence import for_model
 
         policy_table = for_model(path)
     drafter = Drafter(static=static, dynamic=lcd, policy=policy.value, policy_table=policy_table,
@@ -127,7 +127,7 @@ def _check_numbers(n_draft: int, n_predict: int, threads: int, n_ctx: int) -> No
 
 
 def _report(plain, drafted, cost, llm, **about) -> dict:
-    from ..verify_cost import speedup as predicted_speedup
+    from lookupkit.verify_cost import speedup as predicted_speedup
 
     sp = drafted.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s and drafted.tokens_per_s else None
     predicted = None

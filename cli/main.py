@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from . import bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, tokenize_cmd
-from .common import run
+from lookupkit.cli import bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, tokenize_cmd
+from lookupkit.cli.common import run
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="lookupkit: llama.cpp-exact prompt-lookup drafting from memory-mapped n-gram caches.")

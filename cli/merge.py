@@ -27,18 +27,18 @@ from typing import List, Optional
 import numpy as np
 import typer
 
-from .. import budget as budgets
-from .. import formats
-from ..corpora import parse_size
-from ..counts.bigrams import CHUNK_TOKENS, PACK_BITS
-from ..counts.dict_cache import merge_tables
-from ..counts.runs import merge_block, merge_range, write_run
-from ..counts.tables import NgramTable, StaticTable
-from ..errors import FormatError, InputError, VocabMismatchError
-from ..formats import llama
-from ..formats.lkc_stream import write_parts
-from ..static import StaticCache
-from .common import guarded, run
+from lookupkit import budget as budgets
+from lookupkit import formats
+from lookupkit.corpora import parse_size
+from lookupkit.counts.bigrams import CHUNK_TOKENS, PACK_BITS
+from lookupkit.counts.dict_cache import merge_tables
+from lookupkit.counts.runs import merge_block, merge_range, write_run
+from lookupkit.counts.tables import NgramTable, StaticTable
+from lookupkit.errors import FormatError, InputError, VocabMismatchError
+from lookupkit.formats import llama
+from lookupkit.formats.lkc_stream import write_parts
+from lookupkit.static import StaticCache
+from lookupkit.cli.common import guarded, run
 
 BLOCK_PAIRS = 1 << 22  # pairs turned into triples at a time
 RUN_BYTES = 48  # per triple while a run is sorted: k0 + count held, k1 (wide), order, sorted copies

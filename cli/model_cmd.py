@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
-from .common import guarded, print_json
+from lookupkit.errors import InputError
+from lookupkit.cli.common import guarded, print_json
 
 
 @guarded
@@ -18,7 +18,7 @@ def model_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Print the path of a registered model's GGUF, assembling it into the cache directory the first time."""
-    from .. import models
+    from lookupkit import models
 
     if list_all == (name is not None):
         raise InputError("give a model name or --list (not both)")

@@ -17,22 +17,22 @@ from typing import Optional
 
 import typer
 
-from ..corpora import read_token_file, tokenize_text_file
-from ..draft.confidence import load as load_tables
-from ..draft.policy import DEFAULT_COST, make_policy
-from ..errors import InputError, LookupkitWarning
-from ..files import atomic_writer
-from ..formats import llama, read_ngrams
-from ..memory import peak_rss_bytes
-from ..replay import longest_match
-from ..replay.run import replay
-from ..replay.sweep import POLICY_DRAFT, default_grid, expected_speedup, sweep as run_sweep, sweep_table
-from ..verify_cost import VerifyCost
-from ..replay.trace import ReplayTrace
-from ..rules import DEFAULT_DRAFT, SOURCE_LEGEND, check_replay
-from ..static import StaticCache
-from ..tokenizer import Tokenizer
-from .common import guarded, print_json, run
+from lookupkit.corpora import read_token_file, tokenize_text_file
+from lookupkit.draft.confidence import load as load_tables
+from lookupkit.draft.policy import DEFAULT_COST, make_policy
+from lookupkit.errors import InputError, LookupkitWarning
+from lookupkit.files import atomic_writer
+from lookupkit.formats import llama, read_ngrams
+from lookupkit.memory import peak_rss_bytes
+from lookupkit.replay import longest_match
+from lookupkit.replay.run import replay
+from lookupkit.replay.sweep import POLICY_DRAFT, default_grid, expected_speedup, sweep as run_sweep, sweep_table
+from lookupkit.verify_cost import VerifyCost
+from lookupkit.replay.trace import ReplayTrace
+from lookupkit.rules import DEFAULT_DRAFT, SOURCE_LEGEND, check_replay
+from lookupkit.static import StaticCache
+from lookupkit.tokenizer import Tokenizer
+from lookupkit.cli.common import guarded, print_json, run
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 

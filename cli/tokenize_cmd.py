@@ -11,10 +11,10 @@ from typing import List, Optional
 
 import typer
 
-from ..build import export_tokens
-from ..corpora import HFDataset, StdlibCorpus, TextFile, parse_size
-from .common import guarded, print_json, progress
-from .create import Cut, _tokenizer
+from lookupkit.build import export_tokens
+from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, parse_size
+from lookupkit.cli.common import guarded, print_json, progress
+from lookupkit.cli.create import Cut, _tokenizer
 
 
 @guarded

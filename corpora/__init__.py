@@ -2,11 +2,11 @@
 read streaming, cut by --max-bytes at line ends, and tokenized once through the token store
 (or, for a replay's input, in memory)."""
 
-from .default import StdlibCorpus
-from .hf import HFDataset
-from .sources import TextFile, TokenFile, read_token_file
-from .stream import Budget, parse_size
-from .tokenized import tokenize_text_file
+from lookupkit.corpora.default import StdlibCorpus
+from lookupkit.corpora.hf import HFDataset
+from lookupkit.corpora.sources import TextFile, TokenFile, read_token_file
+from lookupkit.corpora.stream import Budget, parse_size
+from lookupkit.corpora.tokenized import tokenize_text_file
 
 __all__ = ["Budget", "HFDataset", "StdlibCorpus", "TextFile", "TokenFile", "parse_size", "read_token_file",
            "tokenize_text_file"]

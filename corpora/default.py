@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import InputError
-from .sources import validated
+from lookupkit.errors import InputError
+from lookupkit.corpora.sources import validated
 
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlparse
 
-from ..errors import InputError
-from .sources import validated
+from lookupkit.errors import InputError
+from lookupkit.corpora.sources import validated
 
 TEXT_COLUMN = "text"
 _BATCH_ROWS = 4096

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..counts.runs import merge_range
-from ..counts.spill import SpillingCounter
-from ..errors import InputError, LookupkitError
-from ..tokenizer.store import HEAD_BYTES, Checkpoint, TokenStore
-from .stream import Consumed, Utf8Decoder
-from .tokenized import DocTokens, next_cut, tokenizer_mode
+from lookupkit.counts.runs import merge_range
+from lookupkit.counts.spill import SpillingCounter
+from lookupkit.errors import InputError, LookupkitError
+from lookupkit.tokenizer.store import HEAD_BYTES, Checkpoint, TokenStore
+from lookupkit.corpora.stream import Consumed, Utf8Decoder
+from lookupkit.corpora.tokenized import DocTokens, next_cut, tokenizer_mode
 
 PIECE_BYTES = 4 * 2**20
 IDS_PIECE = 8 * 2**20  # tokens per counting task for token-id sources

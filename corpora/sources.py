@@ -15,9 +15,9 @@ from typing import Iterator
 import numpy as np
 import zstandard
 
-from ..errors import InputError
-from ..token_ids import token_ids
-from ..files import ZSTD_MAGIC, open_input
+from lookupkit.errors import InputError
+from lookupkit.token_ids import token_ids
+from lookupkit.files import ZSTD_MAGIC, open_input
 
 BLOCK = 4 * 2**20
 ZSTD_INPUT = 2**20  # compressed bytes per step (output is ~3-5x for text)

@@ -18,7 +18,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Iterable, Iterator
 
-from ..errors import InputError
+from lookupkit.errors import InputError
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

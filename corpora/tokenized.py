@@ -25,11 +25,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .._version import __version__
-from ..tokenizer.encode import SAFE_CUT
-from ..tokenizer.store import HEAD_BYTES, Checkpoint, Entry, EntryWriter, TokenStore
-from .sources import TextFile
-from .stream import Budget, Consumed, Utf8Decoder
+from lookupkit._version import __version__
+from lookupkit.tokenizer.encode import SAFE_CUT
+from lookupkit.tokenizer.store import HEAD_BYTES, Checkpoint, Entry, EntryWriter, TokenStore
+from lookupkit.corpora.sources import TextFile
+from lookupkit.corpora.stream import Budget, Consumed, Utf8Decoder
 
 SEGMENT_BYTES = 2**20
 _ASCII_GRAPHIC = range(0x21, 0x7F)

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from ..counts.tables import NgramTable, StaticTable
-from ..errors import FormatError, InputError
-from ..files import atomic_writer, open_input
-from . import ggngcmap, lkc, llama, zst
-from .lkc import in_memory
-from .mapped import Mapped
+from lookupkit.counts.tables import NgramTable, StaticTable
+from lookupkit.errors import FormatError, InputError
+from lookupkit.files import atomic_writer, open_input
+from lookupkit.formats import ggngcmap, lkc, llama, zst
+from lookupkit.formats.lkc import in_memory
+from lookupkit.formats.mapped import Mapped
 
 
 @dataclass(frozen=True)

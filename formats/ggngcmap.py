@@ -15,11 +15,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..counts.tables import StaticTable
-from ..errors import FormatError
-from ..files import map_file, unmap
-from . import vmap
-from .mapped import Mapped
+from lookupkit.counts.tables import StaticTable
+from lookupkit.errors import FormatError
+from lookupkit.files import map_file, unmap
+from lookupkit.formats import vmap
+from lookupkit.formats.mapped import Mapped
 
 MAGIC = b"ggngcmap"
 HEADER = struct.Struct("<8sQQ")

@@ -19,14 +19,14 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .._version import __version__
-from ..counts.follower_stats import follower_stats
-from ..counts.tables import StaticTable
-from ..errors import FormatError, InputError, LookupkitWarning
-from ..files import map_file, unmap
-from . import orders, vmap
-from .mapped import Mapped
-from .orders import HighOrders
+from lookupkit._version import __version__
+from lookupkit.counts.follower_stats import follower_stats
+from lookupkit.counts.tables import StaticTable
+from lookupkit.errors import FormatError, InputError, LookupkitWarning
+from lookupkit.files import map_file, unmap
+from lookupkit.formats import orders, vmap
+from lookupkit.formats.mapped import Mapped
+from lookupkit.formats.orders import HighOrders
 
 MAGIC = b"LKCACHE\x00"
 VERSION = 2  # the newest this code reads and writes; a file without higher orders is still written as 1

@@ -16,12 +16,12 @@ import os
 
 import numpy as np
 
-from .._version import __version__
-from ..counts.follower_stats import stats_from_hist
-from ..counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
-from ..errors import FormatError, InputError
-from ..files import atomic_writer
-from . import BY_NAME, ggngcmap, lkc, vmap_build
+from lookupkit._version import __version__
+from lookupkit.counts.follower_stats import stats_from_hist
+from lookupkit.counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
+from lookupkit.errors import FormatError, InputError
+from lookupkit.files import atomic_writer
+from lookupkit.formats import BY_NAME, ggngcmap, lkc, vmap_build
 
 STREAMED = ("lkc", "ggngcmap")
 CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22  # keys, values, builder (output + stack)

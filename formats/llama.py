@@ -16,11 +16,11 @@ from typing import BinaryIO
 import numpy as np
 from numba import njit
 
-from ..counts.tables import NgramTable, StaticTable
-from ..errors import FormatError
-from ..files import atomic_writer, map_file, open_input
-from .lkc import in_memory
-from .mapped import Mapped
+from lookupkit.counts.tables import NgramTable, StaticTable
+from lookupkit.errors import FormatError
+from lookupkit.files import atomic_writer, map_file, open_input
+from lookupkit.formats.lkc import in_memory
+from lookupkit.formats.mapped import Mapped
 
 
 @njit(cache=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import vmap
+from lookupkit.formats import vmap
 
 
 @dataclass

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..counts.orders import OrderParams
-from ..errors import FormatError
-from . import vmap
+from lookupkit.counts.orders import OrderParams
+from lookupkit.errors import FormatError
+from lookupkit.formats import vmap
 
 SECTION = re.compile(r"order(\d+)$")
 HASH = "lookupkit-ngram-hash-1"

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..errors import FormatError
-from . import vmap_build
-from .vmap_build import _fnv1a  # (the builder writes the checksum this verifies)
+from lookupkit.errors import FormatError
+from lookupkit.formats import vmap_build
+from lookupkit.formats.vmap_build import _fnv1a  # (the builder writes the checksum this verifies)
 
 MAGIC = b"VMAP0001"
 HEADER_SIZE = 32

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 from numba import njit
 
-from ..errors import FormatError, InputError
+from lookupkit.errors import FormatError, InputError
 
 MAGIC = b"VMAP0001"
 HEADER_SIZE = 32

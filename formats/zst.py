@@ -19,11 +19,11 @@ from typing import BinaryIO, Iterator
 
 import zstandard
 
-from ..counts.tables import StaticTable
-from ..errors import FormatError
-from ..files import ZSTD_MAGIC, atomic_writer, default_root, ensure_dir, open_input
-from . import lkc
-from .mapped import Mapped
+from lookupkit.counts.tables import StaticTable
+from lookupkit.errors import FormatError
+from lookupkit.files import ZSTD_MAGIC, atomic_writer, default_root, ensure_dir, open_input
+from lookupkit.formats import lkc
+from lookupkit.formats.mapped import Mapped
 
 MAGIC = ZSTD_MAGIC
 EDGE = 2**16  # bytes hashed at each end for the fingerprint (the last ones hold the zstd checksum)
