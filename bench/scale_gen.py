@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from lookupkit.kernels import GOLDEN
+
 TABLE_BITS = 22
 BLOCK = 1 << 24  # ids generated and written at a time
 
@@ -80,7 +82,7 @@ def _fill(out, prev, table, cdf, reset, seed, block_no):
             prev = table[np.int64(_mix(np.uint64(np.random.randint(0, 1 << 30)) + np.uint64(7)) & mask)]
         else:
             r = np.searchsorted(cdf, np.random.random())
-            h = _mix((np.uint64(prev) << np.uint64(20)) ^ np.uint64(r) ^ np.uint64(0x9E3779B97F4A7C15))
+            h = _mix((np.uint64(prev) << np.uint64(20)) ^ np.uint64(r) ^ GOLDEN)
             prev = table[np.int64(h & mask)]
         out[i] = prev
     return prev

@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from lookupkit.errors import FormatError, InputError
+from lookupkit.kernels import GOLDEN
 
 MAGIC = b"VMAP0001"
 HEADER_SIZE = 32
@@ -95,7 +96,6 @@ _PR5 = np.uint64(2870177450012600261)
 _PR3 = np.uint64(1609587929392839161)
 _FM1 = np.uint64(0xFF51AFD7ED558CCD)
 _FM2 = np.uint64(0xC4CEB9FE1A85EC53)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _SM1 = np.uint64(0xBF58476D1CE4E5B9)
 _SM2 = np.uint64(0x94D049BB133111EB)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -183,7 +183,7 @@ def _construct(words, seg_len0, seg_count0, array_len, alternate, t2idx, t2count
     dup_checked = False
     for iteration in range(MAX_ITERATIONS + 1):
         # splitmix64: next seed
-        state += _GOLDEN
+        state += GOLDEN
         z = state
         z = (z ^ (z >> _S30)) * _SM1
         z = (z ^ (z >> _S27)) * _SM2

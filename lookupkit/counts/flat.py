@@ -13,10 +13,7 @@ Capacity is fixed inside numba code; Python grows the arrays (`reserve`) before 
 exceed it. A byte per slot-table bucket counts the n-grams there that pass the drafting precheck
 (`passes_precheck`), so the drafter skips most absent or hopeless n-grams without touching the table.
 
-`kernel` compiles without numba's reference counting (NRT, numba's own option for its library code):
-the kernels never allocate and every array they touch belongs to the Python caller for the whole
-call, while counting references costs an atomic update per array use in a loop, which made the
-drafting loop 20 times slower (measured: 1 us of pure overhead per draft call).
+The kernels compile with `lookupkit.kernels.kernel` (no reference counting: see there why).
 """
 
 from __future__ import annotations
@@ -24,10 +21,10 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
 
 from .. import rules
 from ..errors import InputError
+from ..kernels import GOLDEN as _M1, M2 as _M2, M3 as _M3, M4 as _M4, kernel, mix
 from ..rules import COUNT_MAX
 from .tables import NgramTable
 
@@ -46,15 +43,8 @@ filt: per slot-table bucket, how many n-grams there pass the precheck (uint8, st
 LAX = np.array([rules.CONTEXT_MIN_N, rules.CONTEXT_MIN_P], dtype=np.int64)  # context cache
 STRICT = np.array([rules.DYNAMIC_MIN_N, rules.DYNAMIC_MIN_P], dtype=np.int64)  # dynamic cache
 
-_M1 = np.uint64(0x9E3779B97F4A7C15)
-_M2 = np.uint64(0xC2B2AE3D27D4EB4F)
-_M3 = np.uint64(0x165667B19E3779F9)
-_M4 = np.uint64(0xD6E8FEB86659FD93)
 _TAG = np.uint64(0x7FFFFFFF)
 _LOW = np.int64(0xFFFFFFFF)
-
-kernel = njit(cache=True, _nrt=False)
-
 
 def new_cache(key_cap: int, pair_cap: int, thr: np.ndarray = LAX) -> Cache:
     """An empty cache holding up to key_cap n-grams and pair_cap (n-gram, follower) pairs."""
@@ -80,15 +70,6 @@ def check_thresholds(thr, shape=(2, 4)) -> np.ndarray:
 def _table_size(cap: int) -> int:
     """A power of two at least twice the capacity: the load factor stays <= 1/2."""
     return 1 << max(4, (2 * cap - 1).bit_length())
-
-
-@kernel
-def mix(h):
-    """A 64-bit finaliser: every input bit moves the high 32 bits (slot index) and the low ones (tag)."""
-    h ^= h >> np.uint64(32)
-    h *= _M4
-    h ^= h >> np.uint64(29)
-    return h
 
 
 @kernel

@@ -15,11 +15,10 @@ from collections import namedtuple
 
 import numpy as np
 
-from .flat import kernel, mix
+from ..kernels import GOLDEN, kernel, mix
 
 MATCH_LENGTHS = np.array([32, 24, 16, 12, 8, 6, 5], np.int64)  # longest first: the first verified hit wins
 # (32 and 24 tell a model that repeats itself, which greedy decoding of a small model does, from prose)
-_MULT = np.uint64(0x9E3779B97F4A7C15)
 
 Index = namedtuple("Index", "slots n hashes")
 Index.__doc__ = """slots: int64 open-addressing table of (position + 1) << 8 | m (0 = empty); n: [entries];
@@ -46,7 +45,7 @@ def _suffix_hashes(seq, n_seq, drafted, d0, length, out):
     """out[i] = hash of the last MATCH_LENGTHS[i] tokens before `length` (0 if there are fewer): one
     backward pass over the longest suffix, each length's hash taken on the way (16 token reads in all,
     not 16 + 12 + 8 + 6 + 5)."""
-    h = _MULT
+    h = GOLDEN
     taken = 0
     n_lengths = MATCH_LENGTHS.shape[0]
     for i in range(n_lengths):
@@ -54,7 +53,7 @@ def _suffix_hashes(seq, n_seq, drafted, d0, length, out):
     for c in range(1, MATCH_LENGTHS[0] + 1):
         if length - c < 0:
             break
-        h = mix(h ^ np.uint64(np.uint32(_get(seq, n_seq, drafted, d0, length - c))) * _MULT)
+        h = mix(h ^ np.uint64(np.uint32(_get(seq, n_seq, drafted, d0, length - c))) * GOLDEN)
         for i in range(n_lengths):
             if MATCH_LENGTHS[i] == c:
                 out[i] = mix(h + np.uint64(c))

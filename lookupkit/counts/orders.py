@@ -24,13 +24,12 @@ from numba import njit
 
 from ..errors import InputError
 from ..rules import MAX_STATIC_ORDER as MAX_ORDER
-from .flat import kernel
+from ..kernels import GOLDEN, kernel
 
 VALUE_TOKEN_BITS = 32  # value = token << 32 | total16 << 16 | share16
 SHARE_ONE = 0xFFFF
 TOTAL_MAX = 0xFFFF
 PART_ENTRIES = 1 << 27  # entries sorted at once: 128 Mi x 8 B = 1 GiB, and as much again to sort into
-_M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 
@@ -77,7 +76,7 @@ def follower_bits(id_bound: int) -> int:
 
 @kernel
 def hash_start(n):
-    return np.uint64(n) * _M1
+    return np.uint64(n) * GOLDEN
 
 
 @kernel

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..counts.flat import (BEST, CNT, HEAD, LAX, MAXC, NEXT, STRICT, TOK, TOTAL, check_thresholds, find_hashed, hash_key,
                         kernel, may_pass, mix)
+from ..kernels import GOLDEN
 from ..rules import STATIC, STATIC_MIN_N, STATIC_MIN_P, STATIC_WEIGHT
 from ..static.lookup import count_in, span_of
 
@@ -46,7 +47,6 @@ Memo.__doc__ = """What the drafter learnt about static 2-grams so far (the stati
 open-addressing table of rows (packed 2-gram + 1, 0 = empty; lo; hi; the static cache's own choice:
 -1 none, UNKNOWN not computed yet), the followers being pairs[lo:hi]; n = [rows used]."""
 UNKNOWN = -2
-_KEY_MULT = np.uint64(0x9E3779B97F4A7C15)
 
 
 def static_arrays(static, thr=STATIC_THR) -> Static:
@@ -78,7 +78,7 @@ def grow_memo(memo: Memo) -> Memo:
 def memo_slot(memo, key):
     """Slot of `key` (packed 2-gram + 1) in the memo, or of the empty slot where it belongs."""
     mask = np.uint64(len(memo.table) - 1)
-    i = (mix(np.uint64(key) * _KEY_MULT) >> np.uint64(32)) & mask
+    i = (mix(np.uint64(key) * GOLDEN) >> np.uint64(32)) & mask
     while memo.table[i, 0] != 0 and memo.table[i, 0] != key:
         i = (i + np.uint64(1)) & mask
     return i

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..counts.flat import kernel, mix
+from ..kernels import GOLDEN, kernel, mix
 from ..rules import LONGEST_MATCH, check_replay
 from .trace import ReplayTrace
 
@@ -30,7 +30,6 @@ DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = 3, 3, 8
 MAX_DRAFT = 8
 MAX_MATCH = 64
 MAX_ENTRIES = 1 << 27  # the compiled replay's index: 2 GiB
-_MULT = np.uint64(0x9E3779B97F4A7C15)
 _TAG_SHIFT = 40  # table value: tag << 40 | m << 32 | end position
 _LOW32 = np.int64(0xFFFFFFFF)
 _TAG_MASK = np.uint64(0x7FFFFF)  # 23 bits: the value stays non-negative (-1 = empty)
@@ -96,7 +95,7 @@ def _gram_hashes(seq, end, max_match, out):
     h = np.uint64(0)
     top = min(max_match, end + 1)
     for m in range(1, top + 1):
-        h = mix((h ^ np.uint64(np.uint32(seq[end - m + 1]))) * _MULT + np.uint64(m))
+        h = mix((h ^ np.uint64(np.uint32(seq[end - m + 1]))) * GOLDEN + np.uint64(m))
         out[m] = h
     return top
 

@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import FormatError
+from ..kernels import GOLDEN
 from .spm import SPACE, _byte_tokens, _utf8
 
 class SpmTiesBackend:
@@ -136,7 +137,7 @@ def _build_table(lefts, rights, merged, ranks, n_sym):
 def _fill(keys, vals, rks, pair_keys, merged, ranks):
     mask = len(keys) - 1
     for j in range(len(pair_keys)):
-        h = (pair_keys[j] * 0x9E3779B97F4A7C15) >> 20 & mask
+        h = (pair_keys[j] * GOLDEN) >> 20 & mask
         while keys[h] != -1 and keys[h] != pair_keys[j]:
             h = (h + 1) & mask
         keys[h], vals[h], rks[h] = pair_keys[j], merged[j], ranks[j]
@@ -145,7 +146,7 @@ def _fill(keys, vals, rks, pair_keys, merged, ranks):
 @njit(cache=True, inline="always")
 def _find(keys, key):
     mask = len(keys) - 1
-    h = (key * 0x9E3779B97F4A7C15) >> 20 & mask
+    h = (key * GOLDEN) >> 20 & mask
     while keys[h] != -1:
         if keys[h] == key:
             return h
