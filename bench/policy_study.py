@@ -27,7 +27,7 @@ from lookupkit import StaticCache, Tokenizer
 from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
 from lookupkit.draft.policy import make_policy
-from lookupkit.replay.fast import replay_fast
+from lookupkit.replay.loop import replay_fast
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

@@ -1,4 +1,5 @@
-"""What every numba module of lookupkit shares: the `kernel` decorator and the hashing constants.
+"""What the numba modules of lookupkit share: the `kernel` decorator, the hashing constants, and how a
+kernel reads the lookup sequence (the real sequence, then the tokens drafted so far in this call).
 
 `kernel` compiles without numba's reference counting (NRT, numba's own option for its library code):
 the kernels never allocate and every array they touch belongs to the Python caller for the whole
@@ -28,3 +29,30 @@ def mix(h):
     h *= M4
     h ^= h >> np.uint64(29)
     return h
+
+
+@kernel
+def token_at(seq, n_seq, drafted, d0, j):
+    """Token j of the lookup sequence: seq[:n_seq], then drafted[d0:] (what this call drafted so far)."""
+    return seq[j] if j < n_seq else drafted[d0 + j - n_seq]
+
+
+@kernel
+def ngram_before(seq, n_seq, drafted, d0, end, n):
+    """The n-gram (n = 1..4) of the lookup sequence ending before position `end`, as llama.cpp keys it:
+    (k0, k1, k2, k3) padded with -1. The caller checks that it starts at 0 or later."""
+    b = end - n
+    k0 = token_at(seq, n_seq, drafted, d0, b)
+    k1 = token_at(seq, n_seq, drafted, d0, b + 1) if n >= 2 else -1
+    k2 = token_at(seq, n_seq, drafted, d0, b + 2) if n >= 3 else -1
+    k3 = token_at(seq, n_seq, drafted, d0, b + 3) if n >= 4 else -1
+    return k0, k1, k2, k3
+
+
+@kernel
+def same_run(seq, a, b, m):
+    """Whether the m tokens ending at a equal the m tokens ending at b: seq[a-m+1 .. a] == seq[b-m+1 .. b]."""
+    for i in range(m):
+        if seq[a - i] != seq[b - i]:
+            return False
+    return True

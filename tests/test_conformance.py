@@ -22,7 +22,7 @@ from lookupkit.replay import replay
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
 CASES = json.loads((REF / "cases.json").read_text()) if (REF / "cases.json").is_file() else []
-HAVE_FAST = importlib.util.find_spec("lookupkit.replay.fast") is not None
+HAVE_FAST = importlib.util.find_spec("lookupkit.replay.loop") is not None
 
 pytestmark = pytest.mark.skipif(not CASES, reason=f"conformance vectors not present at {REF} "
                                                   "(they live outside the repository)")
@@ -60,7 +60,7 @@ def test_reference_engine(case):
     check_case(case, trace)
 
 
-@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay.fast) is not installed")
+@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay.loop) is not installed")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["case"])
 def test_fast_engine(case):
     trace, _ = run_case(case, "fast")
@@ -97,7 +97,7 @@ def test_reference_static_and_dynamic_files_load():
         assert len(table.ngrams) > 0 and (table.pairs[:, 1] > 0).all()
 
 
-@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay.fast) is not installed")
+@pytest.mark.skipif(not HAVE_FAST, reason="the fast engine (lookupkit.replay.loop) is not installed")
 def test_engines_leave_the_same_dynamic_cache():
     """-lcd plus every full chunk of the eval set, identical from both engines (what --save-dynamic writes)."""
     case = next(c for c in CASES if c["dynamic"])

@@ -1,11 +1,11 @@
-"""The reference drafter: each rule of docs/llama-lookup.md section 4/5 pinned by a hand-made case."""
+"""The reference drafter: each rule of ../shared/docs/llama-lookup.md section 4/5 pinned by a hand-made case."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit.draft.reference import draft_reference
+from lookupkit.draft.rule_reference import draft_reference
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.rules import STATIC
 

@@ -1,7 +1,7 @@
 """The compiled engine: conformance with llama.cpp's vectors, and draft for draft with the reference.
 
-The reference (draft_ref + NgramCache + replay_reference) is the readable spec; the fast engine
-(flatcache + draft_fast + replay_fast) must agree with it on every draft, every source code and
+The reference (draft.rule_reference + NgramCache + replay.loop_reference) is the readable spec; the fast
+engine (counts.flat + draft.rule + replay.loop) must agree with it on every draft, every source code and
 every count, with and without the precheck, including counts past 2^31 where int32 would wrap.
 """
 
@@ -17,13 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lookupkit.counts import flat as fc
-from lookupkit.draft.fast import Thresholds, draft_tokens, new_memo, static_arrays
-from lookupkit.draft.reference import draft_reference
+from lookupkit.draft.rule import Thresholds, draft_tokens
+from lookupkit.draft.static_source import new_memo, static_arrays
+from lookupkit.draft.rule_reference import draft_reference
 from lookupkit.errors import InputError
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import read_ngrams
 from lookupkit.replay.run import replay
-from lookupkit.replay.fast import replay_fast
+from lookupkit.replay.loop import replay_fast
 from lookupkit.static.cache import StaticCache
 from lookupkit.counts.tables import NgramTable, StaticTable
 from lookupkit.rules import COUNT_MAX

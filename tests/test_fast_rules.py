@@ -13,7 +13,7 @@ so that 1..4-grams recur, with:
   corpus as another variant, so the static weight of 100 decides between a frequent unsupported follower and
   a rare supported one;
 * stuttering phrases (x y x y ...) and short chunks (-c 3..12): n-gram windows at the start of a sequence;
-* a memo of a few 2-grams, so the drafter's static memo fills up and grows (draft.fast.grow_memo).
+* a memo of a few 2-grams, so the drafter's static memo fills up and grows (draft.static_source.grow_memo).
 Then the three rules are pinned on the fast engine with hand-made caches: the static weight is exactly 100,
 static-only ties go to the smallest id, and a window starting before position 0 is a miss.
 Nothing here needs ../shared.
@@ -31,10 +31,11 @@ from lookupkit.counts import flat as fc
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.tables import NgramTable, StaticTable
-from lookupkit.draft.fast import draft_tokens, grow_memo, new_memo, static_arrays
-from lookupkit.draft import reference as reference_module
-from lookupkit.draft.reference import draft_reference
-from lookupkit.replay.fast import replay_fast
+from lookupkit.draft.rule import draft_tokens
+from lookupkit.draft.static_source import grow_memo, new_memo, static_arrays
+from lookupkit.draft import rule_reference
+from lookupkit.draft.rule_reference import draft_reference
+from lookupkit.replay.loop import replay_fast
 from lookupkit.replay.run import replay
 from lookupkit.rules import ID_MAX, SOURCE_NAMES, STATIC, STATIC_WEIGHT
 from lookupkit.static.cache import StaticCache
@@ -414,7 +415,7 @@ def test_the_static_weight_decides_a_replay(monkeypatch):
     static = static_of({(0, 7): {4: 1}, (7, 3): {8: 1, 200: 1}})
     trace = assert_same_replay(tokens, len(tokens) - 1, 4, static, None)
     assert draft_at(trace, 49) == [7]
-    monkeypatch.setattr(reference_module, "STATIC_WEIGHT", 10)  # the example is sensitive to the weight
+    monkeypatch.setattr(rule_reference, "STATIC_WEIGHT", 10)  # the example is sensitive to the weight
     weight_10, _ = replay(tokens, len(tokens) - 1, 4, static, None, engine="reference")
     assert draft_at(weight_10, 49) == [7, 3, 8]
 

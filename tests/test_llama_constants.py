@@ -16,7 +16,7 @@ import pytest
 from lookupkit import Drafter, StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
-from lookupkit.draft.reference import draft_reference
+from lookupkit.draft.rule_reference import draft_reference
 
 N_VOCAB = 64
 

@@ -23,7 +23,7 @@ from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import lkc
 from lookupkit.formats.orders import HighOrders
-from lookupkit.replay.fast import replay_fast
+from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, context_code, dynamic_code, static_code
 
 FBITS = 10  # ids < 1024 in these tests

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from lookupkit.draft.fast import Thresholds
+from lookupkit.draft.rule import Thresholds
 from lookupkit.errors import InputError
 from lookupkit.replay.longest_match import replay_ngram
-from lookupkit.replay.fast import replay_fast
+from lookupkit.replay.loop import replay_fast
 from lookupkit.replay.sweep import THRESHOLD_VARIANTS, default_grid, expected_speedup, make_grid, sweep, sweep_table
 from lookupkit.replay.trace import ReplayTrace
 

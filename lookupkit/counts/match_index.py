@@ -15,7 +15,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..kernels import GOLDEN, kernel, mix
+from ..kernels import GOLDEN, kernel, mix, same_run, token_at
 
 MATCH_LENGTHS = np.array([32, 24, 16, 12, 8, 6, 5], np.int64)  # longest first: the first verified hit wins
 # (32 and 24 tell a model that repeats itself, which greedy decoding of a small model does, from prose)
@@ -53,7 +53,7 @@ def _suffix_hashes(seq, n_seq, drafted, d0, length, out):
     for c in range(1, MATCH_LENGTHS[0] + 1):
         if length - c < 0:
             break
-        h = mix(h ^ np.uint64(np.uint32(_get(seq, n_seq, drafted, d0, length - c))) * GOLDEN)
+        h = mix(h ^ np.uint64(np.uint32(token_at(seq, n_seq, drafted, d0, length - c))) * GOLDEN)
         for i in range(n_lengths):
             if MATCH_LENGTHS[i] == c:
                 out[i] = mix(h + np.uint64(c))
@@ -79,7 +79,7 @@ def index_position(index, seq, i):
                 index.n[0] += 1
                 break
             e, vm = (v >> 8) - 1, v & 255
-            if vm == m and _same(seq, e, end, m):
+            if vm == m and same_run(seq, e, end, m):
                 break  # the same m-gram: keep the most recent end
             s = (s + np.uint64(1)) & mask
         index.slots[s] = ((end + 1) << 8) | m
@@ -89,19 +89,6 @@ def index_position(index, seq, i):
 def index_positions(index, seq, start, stop):
     for i in range(start, stop):
         index_position(index, seq, i)
-
-
-@kernel
-def _same(seq, a, b, m):
-    for j in range(m):
-        if seq[a - j] != seq[b - j]:
-            return False
-    return True
-
-
-@kernel
-def _get(seq, n_seq, drafted, d0, j):
-    return seq[j] if j < n_seq else drafted[d0 + j - n_seq]
 
 
 @kernel
@@ -124,11 +111,11 @@ def longest_match(index, seq, n_seq, drafted, d0, length):
             if vm == m and e < length - 1:
                 ok = True
                 for j in range(m):
-                    if seq[e - j] != _get(seq, n_seq, drafted, d0, length - 1 - j):
+                    if seq[e - j] != token_at(seq, n_seq, drafted, d0, length - 1 - j):
                         ok = False
                         break
                 if ok:
-                    return np.int64(_get(seq, n_seq, drafted, d0, e + 1)), np.int64(m)
+                    return np.int64(token_at(seq, n_seq, drafted, d0, e + 1)), np.int64(m)
             s = (s + np.uint64(1)) & mask
     return np.int64(-1), np.int64(0)
 

@@ -27,7 +27,7 @@ from ..counts.match_index import clear_index, ensure_room, index_position, new_i
 from ..errors import FormatError, InputError
 from ..files import atomic_writer, open_input
 from ..rules import SOURCE_NAMES
-from .fast import grow_memo, new_memo, static_arrays
+from .static_source import grow_memo, new_memo, static_arrays
 from ..static.high import no_high
 from .policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, TOTAL_BINS, candidates, choose, make_policy,
                      source_code)

@@ -2,7 +2,7 @@
 
 It keeps the three caches of llama.cpp's `llama-lookup`: a context cache of the current sequence
 (kept in sync incrementally), a dynamic cache (an -lcd file and/or what earlier sequences taught it)
-and an optional static cache, and drafts with llama.cpp's compiled rule (draft.fast) or, with
+and an optional static cache, and drafts with llama.cpp's compiled rule (draft.rule) or, with
 policy="lookupkit", with lookupkit's policy (draft.policy: it drafts only what pays at `verify_cost`).
 
     drafter = Drafter(static="wiki.lkc")
@@ -17,7 +17,8 @@ import os
 
 import numpy as np
 
-from .fast import Thresholds, draft_tokens, grow_memo, new_memo, static_arrays
+from .rule import Thresholds, draft_tokens
+from .static_source import grow_memo, new_memo, static_arrays
 from ..errors import InputError
 from ..counts.flat import FlatCache
 from ..token_ids import token_ids

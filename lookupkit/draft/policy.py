@@ -28,15 +28,15 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..counts.flat import BEST, MAXC, TOTAL, find_hashed, hash_key, kernel
+from ..counts.flat import BEST, MAXC, TOTAL, find_hashed, hash_key
 from ..errors import InputError
+from ..kernels import kernel, ngram_before, token_at
 from ..counts.match_index import longest_match, new_index
 from ..counts.orders import hash_final, hash_start, hash_step
 from ..formats.vmap import NOT_FOUND, lookup_in
 from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC
 from ..static.high import High, no_high
-from ..static.lookup import span_of
-from .fast import memo_slot
+from .static_source import head_part, static_top
 
 # Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,
 # and the longest earlier match in the sequence (its length m in the share-bin axis).
@@ -97,21 +97,12 @@ def total_bin(total):
 
 
 @kernel
-def _get(seq, n_seq, drafted, d0, j):
-    return seq[j] if j < n_seq else drafted[d0 + j - n_seq]
-
-
-@kernel
 def _flat(c, seq, n_seq, drafted, d0, length, n, out, src):
     """The cache's candidate for the n-gram ending at `length`: out[src] = token, share bin, total bin."""
     out[src, 0] = -1
     if length - n < 0:
         return
-    b = length - n
-    k0 = _get(seq, n_seq, drafted, d0, b)
-    k1 = _get(seq, n_seq, drafted, d0, b + 1) if n >= 2 else -1
-    k2 = _get(seq, n_seq, drafted, d0, b + 2) if n >= 3 else -1
-    k3 = _get(seq, n_seq, drafted, d0, b + 3) if n >= 4 else -1
+    k0, k1, k2, k3 = ngram_before(seq, n_seq, drafted, d0, length, n)
     e = find_hashed(c, hash_key(k0, k1, k2, k3), k0, k1, k2, k3)
     if e >= 0 and c.ent[e, TOTAL] > 0:
         out[src, 0] = c.ent[e, BEST]
@@ -120,31 +111,14 @@ def _flat(c, seq, n_seq, drafted, d0, length, n, out, src):
 
 
 @kernel
-def _static2(st, memo, t0, t1, out):
-    """The static 2-gram's top follower (smallest id on ties), memoised: (token, count, total)."""
+def _static2(st, memo, seq, n_seq, drafted, d0, length, out):
+    """The static 2-gram ending at `length`: out[SRC_STATIC] = its top follower, share bin, total bin."""
     out[SRC_STATIC, 0] = -1
-    if st.data.shape[0] == 0:
+    if length < 2:
         return
-    key = ((np.int64(np.uint32(t0)) << 32) | np.int64(np.uint32(t1))) + 1
-    i = memo_slot(memo, key)
-    if memo.table[i, 0] != key:
-        off, n = span_of(t0, t1, st.params[0], st.params[1], st.params[2], st.data, st.checks, st.params[3])
-        best_tok, best, total = np.int64(-1), np.int64(0), np.int64(0)
-        for j in range(off, off + max(n, 0)):
-            cnt = np.int64(st.pairs[j, 1])
-            if cnt > best:  # runs ascend by token: strict > keeps the smallest id
-                best_tok, best = np.int64(st.pairs[j, 0]), cnt
-            total += cnt
-        if 2 * memo.n[0] >= len(memo.table):  # full until Python grows it: answer without memoising
-            if total > 0:
-                out[SRC_STATIC, 0], out[SRC_STATIC, 1], out[SRC_STATIC, 2] = best_tok, share_bin(best, total), total_bin(total)
-            return
-        memo.table[i, 0], memo.table[i, 1], memo.table[i, 2], memo.table[i, 3] = key, best_tok, best, total
-        memo.n[0] += 1
-    if memo.table[i, 3] > 0:
-        out[SRC_STATIC, 0] = memo.table[i, 1]
-        out[SRC_STATIC, 1] = share_bin(memo.table[i, 2], memo.table[i, 3])
-        out[SRC_STATIC, 2] = total_bin(memo.table[i, 3])
+    tok, best, total = static_top(st, memo, head_part(st, memo, seq, n_seq, drafted, d0, length))
+    if total > 0:
+        out[SRC_STATIC, 0], out[SRC_STATIC, 1], out[SRC_STATIC, 2] = tok, share_bin(best, total), total_bin(total)
 
 
 @kernel
@@ -161,7 +135,7 @@ def _high(high, seq, n_seq, drafted, d0, length, out):
             return
         h = hash_start(n)
         for j in range(length - n, length):
-            h = hash_step(h, _get(seq, n_seq, drafted, d0, j))
+            h = hash_step(h, token_at(seq, n_seq, drafted, d0, j))
         key = hash_final(h) >> np.uint64(high.fbits)
         v = lookup_in(np.int32(np.uint32(key & np.uint64(0xFFFFFFFF))), np.int32(np.uint32(key >> np.uint64(32))),
                       high.params[r, 1], high.params[r, 2], high.params[r, 3], high.words, high.params[r, 4],
@@ -184,10 +158,7 @@ def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, out)
     for n in range(1, NGRAM_MAX + 1):
         _flat(ctx, seq, n_seq, drafted, d0, length, n, out, n - 1)
         _flat(dyn, seq, n_seq, drafted, d0, length, n, out, SRC_DYNAMIC + n - 1)
-    if length >= 2:
-        _static2(st, memo, _get(seq, n_seq, drafted, d0, length - 2), _get(seq, n_seq, drafted, d0, length - 1), out)
-    else:
-        out[SRC_STATIC, 0] = -1
+    _static2(st, memo, seq, n_seq, drafted, d0, length, out)
     for src in range(SRC_STATIC + 1, N_SOURCES):
         out[src, 0] = -1
     _high(high, seq, n_seq, drafted, d0, length, out)

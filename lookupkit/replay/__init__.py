@@ -1,12 +1,12 @@
 """Replay: llama-lookup-stats' evaluation loop over known text, and what it measures.
 
-run (`replay`: the readable reference loop or the compiled one in fast; fast.replay_generation: one
-generated sequence as an engine drafts it), longest_match (the
+run (`replay`: the readable loop of loop_reference or the compiled one of loop; loop.replay_generation:
+one generated sequence as an engine drafts it), longest_match (the
 `--source ngram` drafter and its replay), trace (`ReplayTrace`: every draft call and the tables
 derived from it), sweep (grids of replays, expected speed-up).
 """
 
-from .fast import replay_generation
+from .loop import replay_generation
 from .run import replay
 from .trace import ReplayTrace
 

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..kernels import GOLDEN, kernel, mix
+from ..kernels import GOLDEN, kernel, mix, same_run
 from ..rules import LONGEST_MATCH, check_replay
 from .trace import ReplayTrace
 
@@ -66,15 +66,6 @@ def ngram_draft(tokens: Sequence[int], n_draft: int = DEFAULT_DRAFT, min_match: 
 
 
 @kernel
-def _same(seq, a, b, m):
-    """seq[a-m+1 .. a] == seq[b-m+1 .. b]."""
-    for i in range(m):
-        if seq[a - i] != seq[b - i]:
-            return False
-    return True
-
-
-@kernel
 def _slot(table, seq, h, m, end):
     """Slot of the m-gram ending at `end` (hash h) in the table, or of the empty slot where it belongs."""
     mask = np.uint64(len(table) - 1)
@@ -84,7 +75,7 @@ def _slot(table, seq, h, m, end):
         v = table[i]
         if v < 0:
             return i
-        if v >> _TAG_SHIFT == tag and (v >> 32) & 0xFF == m and _same(seq, v & _LOW32, end, m):
+        if v >> _TAG_SHIFT == tag and (v >> 32) & 0xFF == m and same_run(seq, v & _LOW32, end, m):
             return i
         i = (i + np.uint64(1)) & mask
 

@@ -15,9 +15,9 @@ import itertools
 
 from . import longest_match as ngram_source
 from . import run as replay
-from .fast import replay_fast
+from .loop import replay_fast
 from ..draft.confidence import load as load_tables
-from ..draft.fast import Thresholds
+from ..draft.rule import Thresholds
 from ..draft.policy import DEFAULT_COST, make_policy
 from ..errors import InputError
 from ..counts.flat import LAX, STRICT
@@ -73,7 +73,7 @@ def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, 
           source: str = "lookup", verify_cost: float | None = None, tables=None) -> list[dict]:
     """Replay `tokens` with the fast engine once per grid point; one row of results per point.
 
-    Grid axes: n_draft, and thresholds (a draft_fast.Thresholds, or (label, Thresholds)) for the
+    Grid axes: n_draft, and thresholds (a draft.rule.Thresholds, or (label, Thresholds)) for the
     lookup source; n_draft, min_match, max_match for the ngram source; n_draft and policy_cost (the
     verify cost lookupkit's policy drafts for) for the policy, whose confidence `tables` default to
     the bundled ones.

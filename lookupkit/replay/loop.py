@@ -1,7 +1,7 @@
 """The lookup-stats replay loop compiled with numba: drafts, acceptance and context updates per chunk.
 
-The same loop as `replay.replay_reference` (docs/llama-lookup.md section 7), over flat caches and the
-jitted drafter. One compiled call replays one chunk (or resumes it when a record buffer had to grow);
+The same loop as `replay.loop_reference` (../shared/docs/llama-lookup.md section 7), over flat caches
+and the compiled drafting rules (draft.rule, draft.policy). One compiled call replays one chunk (or resumes it when a record buffer had to grow);
 between chunks Python merges the context cache into the dynamic one, untimed as in llama.cpp.
 """
 
@@ -13,7 +13,8 @@ import numpy as np
 
 from ..counts import flat as fc
 from ..counts.match_index import clear_index, index_position, index_positions, new_index
-from ..draft.fast import Thresholds, draft, grow_memo, new_memo, static_arrays
+from ..draft.rule import Thresholds, draft
+from ..draft.static_source import grow_memo, new_memo, static_arrays
 from ..draft.policy import Policy, llama_rule, policy_draft
 from ..errors import InputError
 from ..rules import DEFAULT_DRAFT, check_n_draft, check_replay
