@@ -26,8 +26,8 @@ from ..kernels import GOLDEN, kernel, mix, same_run
 from ..rules import LONGEST_MATCH, check_replay
 from .trace import ReplayTrace
 
-DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = 3, 3, 8
-MAX_DRAFT = 8
+DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = 3, 3, 8  # this source's --draft and match lengths
+MAX_COPY = 8  # the most tokens one call copies after its match: --draft's limit with --source ngram
 MAX_MATCH = 64
 MAX_ENTRIES = 1 << 27  # the compiled replay's index: 2 GiB
 _TAG_SHIFT = 40  # table value: tag << 40 | m << 32 | end position
@@ -37,8 +37,8 @@ _TAG_MASK = np.uint64(0x7FFFFF)  # 23 bits: the value stays non-negative (-1 = e
 
 def check_params(n_draft: int, min_match: int, max_match: int) -> None:
     """Refuse parameters the source cannot use, naming the flag."""
-    if not 1 <= n_draft <= MAX_DRAFT:
-        raise InputError(f"--draft must be between 1 and {MAX_DRAFT} for --source ngram, got {n_draft}")
+    if not 1 <= n_draft <= MAX_COPY:
+        raise InputError(f"--draft must be between 1 and {MAX_COPY} for --source ngram, got {n_draft}")
     if not 1 <= max_match <= MAX_MATCH:
         raise InputError(f"--ngram-max-match must be between 1 and {MAX_MATCH}, got {max_match}")
     if not 1 <= min_match <= max_match:
