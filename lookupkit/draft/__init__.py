@@ -1,7 +1,9 @@
-"""Draft: llama.cpp's drafting rule (common_ngram_cache_draft).
+"""Draft: llama.cpp's drafting rule (common_ngram_cache_draft) and lookupkit's policy.
 
-reference (the rule written plainly: the spec in code), fast (the same rule compiled with numba,
-checked draft for draft against the reference), drafter (`Drafter`, the public API over the fast one).
+rule_reference (llama.cpp's rule written plainly: the spec in code), rule (the same rule compiled with
+numba, checked draft for draft against the reference), policy / policy_reference (lookupkit's policy,
+compiled / plainly; confidence: its tables), static_source (what both compiled ones read of the static
+cache), drafter (`Drafter`, the public API over the compiled ones).
 """
 
 from .drafter import Drafter
