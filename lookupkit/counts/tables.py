@@ -52,18 +52,27 @@ def _canonical_runs(keys: np.ndarray, offsets: np.ndarray, pairs: np.ndarray):
     return keys[order], new_offsets, np.ascontiguousarray(pp, dtype=np.int32)
 
 
+class _Runs:
+    """What both tables are: KEY_WIDTH-token keys, offsets (n + 1,) int64 and the pairs (m, 2) int32
+    (token, count) of each key's run."""
+
+    KEY_WIDTH = 0
+
+    @classmethod
+    def canonical(cls, keys, offsets, pairs):
+        """The table of these runs in canonical order (duplicates keep their first occurrence)."""
+        return cls(*_canonical_runs(np.asarray(keys, np.int32).reshape(-1, cls.KEY_WIDTH),
+                                    np.asarray(offsets, np.int64), np.asarray(pairs, np.int32).reshape(-1, 2)))
+
+
 @dataclass
-class NgramTable:
+class NgramTable(_Runs):
     """n-grams of size 1..4, padded with -1 to 4 slots as in llama.cpp, with their follower runs."""
 
+    KEY_WIDTH = 4
     ngrams: np.ndarray  # (n, 4) int32
     offsets: np.ndarray  # (n + 1,) int64
     pairs: np.ndarray  # (m, 2) int32: token, count
-
-    @classmethod
-    def canonical(cls, ngrams, offsets, pairs) -> "NgramTable":
-        return cls(*_canonical_runs(np.asarray(ngrams, np.int32).reshape(-1, 4), np.asarray(offsets, np.int64),
-                                    np.asarray(pairs, np.int32).reshape(-1, 2)))
 
     @property
     def sizes(self) -> np.ndarray:
@@ -79,17 +88,13 @@ class NgramTable:
 
 
 @dataclass
-class StaticTable:
+class StaticTable(_Runs):
     """2-gram → followers: the content of a static cache in canonical order."""
 
+    KEY_WIDTH = 2
     keys: np.ndarray  # (n, 2) int32 (t0, t1), sorted, unique
     offsets: np.ndarray  # (n + 1,) int64
     pairs: np.ndarray  # (m, 2) int32: token, count
-
-    @classmethod
-    def canonical(cls, keys, offsets, pairs) -> "StaticTable":
-        return cls(*_canonical_runs(np.asarray(keys, np.int32).reshape(-1, 2), np.asarray(offsets, np.int64),
-                                    np.asarray(pairs, np.int32).reshape(-1, 2)))
 
     @classmethod
     def from_ngrams(cls, table: NgramTable) -> "StaticTable":

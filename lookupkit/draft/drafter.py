@@ -123,10 +123,7 @@ class Drafter:
             self._sync(token_ids(tokens, "tokens"))
         if learn:
             self._dyn.merge(self._ctx)
-        self._ctx.clear()
-        if self._pol is not None:
-            clear_index(self._pol.index)
-        self._n = 0
+        self._start_over()
 
     def dynamic_table(self) -> NgramTable:
         """The dynamic cache's counts (to save as an -lcd file), saturated at 2^31-1."""
@@ -137,8 +134,12 @@ class Drafter:
         if len(tokens) >= n and np.array_equal(tokens[:n], self._seq[:n]):
             self.accept(tokens[n:])
         else:
-            self._ctx.clear()
-            if self._pol is not None:
-                clear_index(self._pol.index)
-            self._n = 0
+            self._start_over()
             self.accept(tokens)
+
+    def _start_over(self) -> None:
+        """Drop the sequence: its context cache and, under the policy, its longest-match index."""
+        self._ctx.clear()
+        if self._pol is not None:
+            clear_index(self._pol.index)
+        self._n = 0
