@@ -7,8 +7,24 @@ replay, formats, corpora, integrations, cli, bench.
 """
 
 from ._version import __version__
-from .draft import Drafter
-from .static import StaticCache
-from .tokenizer import Tokenizer
 
 __all__ = ["Drafter", "StaticCache", "Tokenizer", "__version__"]
+
+
+def __getattr__(name: str):
+    """The public faces, imported at first use (PEP 562): `import lookupkit` alone loads no numba, so a
+    program pays for the compiled kernels only when it drafts."""
+    if name == "Drafter":
+        from .draft import Drafter as face
+    elif name == "StaticCache":
+        from .static import StaticCache as face
+    elif name == "Tokenizer":
+        from .tokenizer import Tokenizer as face
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = face
+    return face
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

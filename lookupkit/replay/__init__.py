@@ -6,8 +6,18 @@ one generated sequence as an engine drafts it), longest_match (the
 derived from it), sweep (grids of replays, expected speed-up).
 """
 
-from .loop import replay_generation
-from .run import replay
-from .trace import ReplayTrace
-
 __all__ = ["ReplayTrace", "replay", "replay_generation"]
+
+
+def __getattr__(name: str):
+    """The faces imported at first use (PEP 562): a trace or a sweep table loads no kernel."""
+    if name == "replay_generation":
+        from .loop import replay_generation as face
+    elif name == "replay":
+        from .run import replay as face
+    elif name == "ReplayTrace":
+        from .trace import ReplayTrace as face
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = face
+    return face

@@ -1,0 +1,74 @@
+"""A free start-up: `import lookupkit` and the commands that need no kernel import no numba (fresh
+processes, sys.modules), the engine adapters load the kernels in a background thread (one warm-up,
+its failure re-raised at first use), and a first compile is announced once through logging."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lookupkit.counts.tables import StaticTable
+from lookupkit.formats import write_table
+
+REPORT = ("import json, sys; print(json.dumps({'numba': 'numba' in sys.modules, "
+          "'modules': sorted(m for m in sys.modules if m.startswith('lookupkit'))}))")
+
+
+def fresh(code: str, *args, env: dict | None = None, cwd="/") -> dict:
+    """Run `code` in a new interpreter (from `cwd`, so no source folder shadows the install); its last JSON line."""
+    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "stderr": r.stderr}
+
+
+@pytest.fixture(scope="module")
+def small_cache(tmp_path_factory) -> Path:
+    keys = np.array([[1, 2], [1, 3], [5, 9]], np.int32)
+    starts = np.array([0, 2, 3, 5], np.int64)
+    pairs = np.array([[4, 3], [7, 1], [2, 2], [1, 1], [8, 5]], np.int32)
+    path = tmp_path_factory.mktemp("startup") / "small.lkc"
+    write_table(StaticTable(keys, starts, pairs), path)
+    return path
+
+
+def test_import_lookupkit_imports_no_numba():
+    out = fresh("import lookupkit; " + REPORT)
+    assert out["numba"] is False, out["modules"]
+
+
+def test_a_face_still_imports_on_first_use():
+    out = fresh("import sys, lookupkit; d = lookupkit.Drafter; from lookupkit import StaticCache, Tokenizer; "
+                "from lookupkit.replay import ReplayTrace; import json; print(json.dumps({'d': d.__module__}))")
+    assert out["d"] == "lookupkit.draft.drafter"
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        import lookupkit
+
+        lookupkit.Nope  # noqa: B018
+
+
+def test_reading_a_gguf_vocabulary_loads_no_encoder_and_no_numba():
+    out = fresh("import lookupkit.tokenizer.gguf, lookupkit.tokenizer.vocab; " + REPORT)
+    assert out["numba"] is False and "lookupkit.tokenizer.encode" not in out["modules"]
+
+
+WRAP = ("import atexit, json, sys; atexit.register(lambda: print(json.dumps({'numba': 'numba' in sys.modules}))); "
+        "sys.argv = ['lookupkit', *sys.argv[1:]]; from lookupkit.cli.main import main; main()")
+
+
+@pytest.mark.xfail(strict=True, reason="static/cache.py, formats/vmap.py and formats/llama.py import numba at "
+                   "module level (kernels beside the header code): StaticCache.open cannot load without it yet")
+@pytest.mark.parametrize("command", ["inspect", "convert", "open"])
+def test_commands_that_need_no_kernel_import_no_numba(command, small_cache, tmp_path):
+    if command == "open":
+        out = fresh("import sys; from lookupkit import StaticCache; StaticCache.open(sys.argv[1]); " + REPORT,
+                    small_cache)
+    else:
+        argv = [small_cache] if command == "inspect" else [small_cache, tmp_path / "b.ggngcmap"]
+        out = fresh(WRAP, command, *argv)
+    assert out["numba"] is False
