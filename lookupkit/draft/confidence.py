@@ -26,6 +26,7 @@ from ..counts import flat as fc
 from ..counts.match_index import clear_index, ensure_room, index_position, new_index
 from ..errors import FormatError, InputError
 from ..files import atomic_writer, open_input
+from ..kernels import kernel
 from ..rules import SOURCE_NAMES
 from .static_source import grow_memo, new_memo, static_arrays
 from ..static.high import no_high
@@ -37,7 +38,7 @@ DEFAULT = "policy-default.json"
 PRIOR = 8.0
 
 
-@fc.kernel
+@kernel
 def _observe_chunk(truth, first, ctx, dyn, st, memo, pol, dummy, hits, trials, stage):
     """Every position from `first` on of one chunk (all are counted into the caches): stage 0, each source's
     candidate against the true next token; stage 1, the chosen candidate (by its table bin and agreeing

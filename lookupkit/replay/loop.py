@@ -17,6 +17,7 @@ from ..draft.rule import Thresholds, draft
 from ..draft.static_source import grow_memo, new_memo, static_arrays
 from ..draft.policy import Policy, llama_rule, policy_draft
 from ..errors import InputError
+from ..kernels import kernel
 from ..rules import DEFAULT_DRAFT, check_n_draft, check_replay
 from ..counts.tables import NgramTable
 from .trace import ReplayTrace
@@ -25,7 +26,7 @@ CHUNK_DONE, NEED_RECORDS = 0, 1
 OUT, CALLS, TOKS = 0, 1, 2  # state: |out| in the current chunk, calls recorded, drafted tokens recorded
 
 
-@fc.kernel
+@kernel
 def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, pol, state, calls, drafted, sources):
     """Replay one chunk (`truth` = its n_ctx tokens) from `state` on; CHUNK_DONE or NEED_RECORDS.
 
