@@ -251,7 +251,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def _budget_mib(text: str) -> float:
-    from lookupkit.corpora import parse_size
+    from lookupkit.build.memory_budget import parse_size
 
     return parse_size(text) / 2**20
 

@@ -32,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.corpora import TextFile, parse_size
-from lookupkit.corpora.parallel import PIECE_BYTES
-from lookupkit.corpora.stream import Budget, Consumed
-from lookupkit.corpora.tokenized import next_cut
+from lookupkit.build.memory_budget import parse_size
+from lookupkit.build.parallel import PIECE_BYTES
+from lookupkit.build.tokenized import next_cut
+from lookupkit.corpora import TextFile
+from lookupkit.corpora.stream import Consumed, TextBudget
 from lookupkit.tokenizer import Tokenizer
 
 from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
@@ -44,7 +45,7 @@ _TOK = None  # the forked workers' tokenizer (inherited, not pickled)
 
 
 def corpus_bytes(path: Path, limit: int) -> bytes:
-    consumed = Consumed(TextFile(path).blocks(), Budget(limit, "line"))
+    consumed = Consumed(TextFile(path).blocks(), TextBudget(limit, "line"))
     data = b"".join(consumed)
     return data[:-1] if data.endswith(b"\n") else data
 

@@ -14,8 +14,9 @@ from typing import List, Optional
 import typer
 
 from lookupkit.build import build_static
+from lookupkit.build.memory_budget import parse_memory_budget, parse_size
 from lookupkit.counts.orders import OrderParams, parse_orders
-from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
+from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile
 from lookupkit.errors import InputError
 from lookupkit.cli.common import guarded, print_json, progress, run
 
@@ -91,7 +92,7 @@ def create(
 ) -> None:
     limit = parse_size(max_bytes) if max_bytes is not None else None
     order_params = _order_params(orders, order_min_total, order_min_share)
-    budget = _budget(memory_budget) if memory_budget is not None else None
+    budget = parse_memory_budget(memory_budget)
     sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets] + [TokenFile(t) for t in tokens]
                + ([StdlibCorpus()] if default_corpus else []))
     if not sources:
@@ -110,12 +111,6 @@ def create(
         typer.echo("\n".join(summary_lines(summary)))
     if hasattr(tokenizer, "speed_line"):  # llama.cpp encoded the text: never silently
         typer.echo(tokenizer.speed_line(), err=True)
-
-
-def _budget(text: str) -> int:
-    if text.strip().startswith("-"):
-        raise InputError(f"--memory-budget {text} is negative; give a size like 1GiB or 800MB")
-    return parse_size(text)
 
 
 def _order_params(text: str, min_total: int, min_share: float) -> OrderParams | None:

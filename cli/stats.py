@@ -17,7 +17,8 @@ from typing import Optional
 
 import typer
 
-from lookupkit.corpora import read_token_file, tokenize_text_file
+from lookupkit.build.tokenized import tokenize_text_file
+from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
 from lookupkit.draft.policy import DEFAULT_COST, make_policy
 from lookupkit.errors import InputError, LookupkitWarning

@@ -12,7 +12,8 @@ from typing import List, Optional
 import typer
 
 from lookupkit.build import export_tokens
-from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, parse_size
+from lookupkit.build.memory_budget import parse_size
+from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile
 from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.cli.create import Cut, _tokenizer
 

@@ -1,12 +1,10 @@
 """Corpora in: text files, Hugging Face datasets, token-id files and the embedded default corpus,
-read streaming, cut by --max-bytes at line ends, and tokenized once through the token store
-(or, for a replay's input, in memory)."""
+read streaming and cut by --max-bytes at line ends (`stream.TextBudget`). Turning them into ids and
+counts is the build's job (`lookupkit.build`)."""
 
 from lookupkit.corpora.default import StdlibCorpus
 from lookupkit.corpora.hf import HFDataset
 from lookupkit.corpora.sources import TextFile, TokenFile, read_token_file
-from lookupkit.corpora.stream import Budget, parse_size
-from lookupkit.corpora.tokenized import tokenize_text_file
+from lookupkit.corpora.stream import TextBudget
 
-__all__ = ["Budget", "HFDataset", "StdlibCorpus", "TextFile", "TokenFile", "parse_size", "read_token_file",
-           "tokenize_text_file"]
+__all__ = ["HFDataset", "StdlibCorpus", "TextBudget", "TextFile", "TokenFile", "read_token_file"]

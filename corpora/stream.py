@@ -3,7 +3,7 @@
 `--max-bytes N` is one budget shared by the sources in order. A source that fits is taken whole;
 the source that crosses the budget ends at the last "\\n" at or before the budget (the "\\n" is
 kept; the seed article's "first N MB, cut at a line boundary"), or, with cut="byte", after exactly
-the budget's bytes (how docs/anchors.md's token counts for this machine's stand-in corpus were
+the budget's bytes (how ../shared/docs/anchors.md's token counts for this machine's stand-in corpus were
 made: 25 MB of wiki541 is 5,651,710 qwen2 tokens cut at byte 25,000,000, 5,651,583 at the line end).
 Later sources are skipped.
 Invalid UTF-8 never stops a build: it is replaced with U+FFFD as Python's "replace" does, and the
@@ -14,37 +14,17 @@ from __future__ import annotations
 
 import codecs
 import contextvars
-import re
-from decimal import Decimal, InvalidOperation
 from typing import Iterable, Iterator
 
 from lookupkit.errors import InputError
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
-
-
-def parse_size(text: str) -> int:
-    """'25MB' -> 25*10^6, '25MiB' -> 25*2^20, '25000000' -> 25000000; anything else is an InputError."""
-    m = _SIZE.fullmatch(str(text))
-    unit = m and _UNITS.get(m.group(2).lower())
-    if not unit:
-        raise InputError(f"cannot read size {text!r}: use a positive number of bytes like 25000000, 25MB or 25MiB")
-    try:
-        value = Decimal(m.group(1)) * unit
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
-        raise InputError(f"cannot read size {text!r}") from None
-    if value != value.to_integral_value() or value <= 0:
-        raise InputError(f"size {text!r} must be a positive whole number of bytes")
-    return int(value)
-
-
 CUTS = ("line", "byte")
 
 
-class Budget:
-    """Bytes still allowed under --max-bytes, shared by the sources in order (None: no limit)."""
+class TextBudget:
+    """Bytes of text still allowed under --max-bytes, shared by the sources in order (None: no limit).
+
+    (What bounds memory is `lookupkit.build.memory_budget`; this bounds the corpus.)"""
 
     def __init__(self, limit: int | None, cut: str = "line"):
         if cut not in CUTS:
@@ -60,7 +40,7 @@ class Budget:
 class Consumed:
     """Iterates one source's blocks as consumed under the budget (the budget is charged at the end)."""
 
-    def __init__(self, blocks: Iterable[bytes], budget: Budget):
+    def __init__(self, blocks: Iterable[bytes], budget: TextBudget):
         self._blocks = blocks
         self._budget = budget
         self.n_bytes = 0

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 
 from lookupkit import Tokenizer
-from lookupkit.build import _meta, _tokenize, build_static
+from lookupkit.build import parallel
+from lookupkit.build.pipeline import _meta, _tokenize, build_static
 from lookupkit.corpora import TextFile, TokenFile
-from lookupkit.corpora import parallel
-from lookupkit.corpora.stream import Budget
+from lookupkit.corpora.stream import TextBudget
 from lookupkit.counts.bigrams import count_static
 from lookupkit.errors import InputError, LookupkitError
 from lookupkit.formats import write_table
 from lookupkit.tokenizer.store import TokenStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = [os.path.join(ROOT, p) for p in ("README.md", "formats/SPEC.md", "lookupkit/build.py")]
+TEXTS = [os.path.join(ROOT, p) for p in ("README.md", "formats/SPEC.md", "lookupkit/build/pipeline.py")]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def reference(sources, tok, path, fmt=None, max_bytes=None):
     import tempfile
 
     with tempfile.TemporaryDirectory() as root:
-        docs, _ = _tokenize(sources, tok, TokenStore(root), Budget(max_bytes, "line"), None)
+        docs, _ = _tokenize(sources, tok, TokenStore(root), TextBudget(max_bytes, "line"), None)
         table = count_static([list(d.arrays()) for d in docs], tok.n_vocab if tok else 2**31)
         meta = _meta(tok, docs, sum(d.n_tokens for d in docs), max_bytes, "line")
         write_table(table, path, fmt, meta)
@@ -117,9 +117,9 @@ def test_bad_jobs_and_budgets(tmp_path, tok, jobs, budget, words):
 
 
 def test_budget_too_small_to_write(tmp_path, tok, monkeypatch):
-    from lookupkit import budget
+    from lookupkit.build import memory_budget
 
-    monkeypatch.setattr(budget, "CONSTMAP_BYTES_PER_KEY", 1 << 20)
+    monkeypatch.setattr(memory_budget, "CONSTMAP_BYTES_PER_KEY", 1 << 20)
     with pytest.raises(InputError, match=r"too small to write .* the minimum for this corpus is"):
         build_static([TextFile(TEXTS[0])], tok, tmp_path / "x.lkc", token_cache=False, jobs=2, memory_budget=64 << 20)
     assert not list(tmp_path.iterdir())

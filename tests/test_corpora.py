@@ -8,7 +8,8 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit.corpora import Budget, HFDataset, StdlibCorpus, TextFile, TokenFile, parse_size
+from lookupkit.build.memory_budget import parse_size
+from lookupkit.corpora import HFDataset, StdlibCorpus, TextBudget, TextFile, TokenFile
 from lookupkit.corpora.stream import Consumed, Utf8Decoder
 from lookupkit.errors import InputError
 
@@ -43,7 +44,7 @@ def reference_prefix(data: bytes, limit: int | None, cut: str) -> bytes:
        limit=st.one_of(st.none(), st.integers(1, 90)), block=st.integers(1, 17), cut=st.sampled_from(["line", "byte"]))
 def test_budget_cut_matches_the_rule_for_any_block_size(data, limit, block, cut):
     blocks = [data[i:i + block] for i in range(0, len(data), block)]
-    budget = Budget(limit, cut)
+    budget = TextBudget(limit, cut)
     consumed = Consumed(iter(blocks), budget)
     out = b"".join(consumed)
     assert out == reference_prefix(data, limit, cut)
@@ -54,13 +55,13 @@ def test_budget_cut_matches_the_rule_for_any_block_size(data, limit, block, cut)
 
 
 def test_cut_keeps_a_newline_that_ends_exactly_at_the_budget():
-    assert consume([b"ab\ncd\nef\n"], Budget(6)) == b"ab\ncd\n"
-    assert consume([b"ab\ncd\nef\n"], Budget(5)) == b"ab\n"
-    assert consume([b"abcdef\n"], Budget(3)) == b""
+    assert consume([b"ab\ncd\nef\n"], TextBudget(6)) == b"ab\ncd\n"
+    assert consume([b"ab\ncd\nef\n"], TextBudget(5)) == b"ab\n"
+    assert consume([b"abcdef\n"], TextBudget(3)) == b""
 
 
 def test_budget_is_shared_by_sources_in_order():
-    budget = Budget(10)
+    budget = TextBudget(10)
     assert consume([b"abcd\n"], budget) == b"abcd\n"   # fits whole
     assert consume([b"ef\ngh\nij\n"], budget) == b"ef\n"  # 5 bytes left: up to the last line end
     assert budget.left == 2 and not budget.exhausted
@@ -68,7 +69,7 @@ def test_budget_is_shared_by_sources_in_order():
 
 def test_unknown_cut_is_refused():
     with pytest.raises(InputError, match="unknown cut"):
-        Budget(5, "word")
+        TextBudget(5, "word")
 
 
 # -- UTF-8 ------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lookupkit.cli import merge as merge_mod
+from lookupkit.build import merge as merge_mod
+from lookupkit.cli.merge import app as merge_app
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama, write_table
@@ -29,7 +30,10 @@ def cache(path, docs, vocab=VOCAB, n_vocab=3_000_000):
 
 def old_merge(inputs, out, fmt):
     """Today's merge (everything in memory): what the streamed merge must write, byte for byte."""
-    merge_mod._merge_in_memory(inputs, out, fmt)
+    opened = [merge_mod._Input(p) for p in inputs]
+    for inp in opened:
+        inp.close()
+    merge_mod._merge_in_memory(opened, out, fmt, merge_mod._common_vocab(opened))
     return out.read_bytes()
 
 
@@ -51,7 +55,7 @@ def test_streamed_merge_same_bytes(tmp_path, tiny_blocks, monkeypatch, top, fmt)
     runs_written = []
     real = merge_mod.write_run
     monkeypatch.setattr(merge_mod, "write_run", lambda *a: runs_written.append(1) or real(*a))
-    n_keys, _ = merge_mod.merge_static(inputs, tmp_path / f"out.{ext}", fmt, memory_budget=16 << 20,
+    n_keys, _ = merge_mod.merge_caches(inputs, tmp_path / f"out.{ext}", fmt, memory_budget=16 << 20,
                                        temp_dir=tmp_path)
     assert (tmp_path / f"out.{ext}").read_bytes() == ref and n_keys > 0
     assert len(runs_written) >= 4  # several runs per large input at this budget (limit ~5.6 MB, 24 B/triple)
@@ -67,7 +71,7 @@ def test_cli_tiny_budget_many_runs(tmp_path, monkeypatch):
     real = merge_mod.merge_range
     monkeypatch.setattr(merge_mod, "merge_range", lambda runs, lo, hi, stem, block: seen.append((len(runs), block))
                         or real(runs, lo, hi, stem, block))
-    r = runner.invoke(merge_mod.app, [str(a), str(b), str(tmp_path / "m.lkc"), "--memory-budget", "16MiB",
+    r = runner.invoke(merge_app, [str(a), str(b), str(tmp_path / "m.lkc"), "--memory-budget", "16MiB",
                                       "--temp-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "m.lkc").read_bytes() == ref
@@ -81,7 +85,7 @@ def test_dynamic_inputs_still_merge(tmp_path):
     llama.save(d.to_table(), tmp_path / "d.lcd")
     s = cache(tmp_path / "s.lkc", [ids(7, 5000, 100)], vocab=None)
     ref = old_merge([tmp_path / "d.lcd", s], tmp_path / "ref.lcd", "llama")
-    r = runner.invoke(merge_mod.app, [str(tmp_path / "d.lcd"), str(s), str(tmp_path / "o.lcd")])
+    r = runner.invoke(merge_app, [str(tmp_path / "d.lcd"), str(s), str(tmp_path / "o.lcd")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "o.lcd").read_bytes() == ref
 
@@ -90,7 +94,7 @@ def test_dynamic_inputs_still_merge(tmp_path):
                                           ("1000TB", "exceeds this machine")])
 def test_bad_budgets_one_line(tmp_path, budget, words):
     a = cache(tmp_path / "a.lkc", [ids(8, 1000, 100)])
-    r = runner.invoke(merge_mod.app, [str(a), str(tmp_path / "o.lkc"), "--memory-budget", budget])
+    r = runner.invoke(merge_app, [str(a), str(tmp_path / "o.lkc"), "--memory-budget", budget])
     assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "o.lkc").exists()
 
@@ -98,5 +102,5 @@ def test_bad_budgets_one_line(tmp_path, budget, words):
 def test_vocab_mismatch_before_any_work(tmp_path):
     a = cache(tmp_path / "a.lkc", [ids(9, 1000, 100)])
     b = cache(tmp_path / "b.lkc", [ids(9, 1000, 100)], vocab={**VOCAB, "fingerprint": "e" * 64})
-    r = runner.invoke(merge_mod.app, [str(a), str(b), str(tmp_path / "o.lkc")])
+    r = runner.invoke(merge_app, [str(a), str(b), str(tmp_path / "o.lkc")])
     assert r.exit_code == 2 and "e" * 64 in r.output and not (tmp_path / "o.lkc").exists()

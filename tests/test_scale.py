@@ -9,12 +9,12 @@ import tempfile
 import numpy as np
 import pytest
 
-from lookupkit import budget
+from lookupkit.build import memory_budget as budget
 from lookupkit.bench import scale_gen
 from lookupkit.bench.scale_gen import ZipfMarkov, fit_power, generate, growth
-from lookupkit.build import _meta, _tokenize, build_static
+from lookupkit.build.pipeline import _meta, _tokenize, build_static
 from lookupkit.corpora import TokenFile
-from lookupkit.corpora.stream import Budget
+from lookupkit.corpora.stream import TextBudget
 from lookupkit.counts import spill
 from lookupkit.counts.bigrams import count_static
 from lookupkit.formats import write_table
@@ -49,7 +49,7 @@ def test_growth_is_sublinear(ids_file):
 
 def reference(path, out):
     with tempfile.TemporaryDirectory() as root:
-        docs, _ = _tokenize([TokenFile(path)], None, TokenStore(root), Budget(None, "line"), None)
+        docs, _ = _tokenize([TokenFile(path)], None, TokenStore(root), TextBudget(None, "line"), None)
         table = count_static([list(d.arrays()) for d in docs], 2**31)
         write_table(table, out, None, _meta(None, docs, sum(d.n_tokens for d in docs), None, "line"))
         for d in docs:

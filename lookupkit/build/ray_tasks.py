@@ -1,7 +1,7 @@
 """`lookup-create --ray local|ADDRESS`: tokenizing, counting and merging as Ray tasks; the driver writes.
 
 The driver streams the sources and cuts them exactly as the local parallel build does
-(`corpora.parallel.tokenize_count` / `count_ids`, the same pieces, the same straddling triples), but
+(`build.parallel.tokenize_count` / `count_ids`, the same pieces, the same straddling triples), but
 each piece goes to a Ray task that tokenizes it, counts its triples and returns them as one sorted
 run per key range (first-token ranges fixed up front, RANGES_PER_CPU per CPU of the cluster, so the
 merge tasks balance by number). Runs stay in Ray's object store (spilled by Ray as it fills); one
@@ -18,12 +18,12 @@ import os
 
 import numpy as np
 
-from ..corpora.parallel import Boundaries, CountedDoc, count_ids, tokenize_count
-from ..corpora.stream import Utf8Decoder
-from ..corpora.tokenized import token_doc
-from ..counts.bigrams import FollowerCounter
-from ..counts.runs import merge_arrays, part_from_arrays, split_by_t0
-from ..errors import InputError, LookupkitError
+from lookupkit.build.parallel import Boundaries, CountedDoc, count_ids, tokenize_count
+from lookupkit.build.tokenized import token_doc
+from lookupkit.corpora.stream import Utf8Decoder
+from lookupkit.counts.bigrams import FollowerCounter
+from lookupkit.counts.runs import merge_arrays, part_from_arrays, split_by_t0
+from lookupkit.errors import InputError, LookupkitError
 
 RANGES_PER_CPU = 4
 RETRIES = 3
@@ -63,7 +63,7 @@ def _merge(*runs):
 
 
 class RayWorkers:
-    """The `corpora.parallel.Workers` interface over Ray tasks (pieces only)."""
+    """The `build.parallel.Workers` interface over Ray tasks (pieces only)."""
 
     def __init__(self, ray, tokenizer, spec, bounds: list[int], in_flight: int):
         self.ray, self.bounds, self.in_flight = ray, bounds, in_flight
@@ -103,7 +103,7 @@ def _get(ray, ref):
                          "nothing was written") from None
 
 
-def count_on_ray(address: str, sources, tokenizer, spec, byte_budget, plan, work: str):
+def count_on_ray(address: str, sources, tokenizer, spec, text_budget, plan, work: str):
     """Count `sources` on Ray; returns (docs, skipped, parts) as the local build does."""
     ray = _ray()
     local = address == "local"
@@ -120,13 +120,13 @@ def count_on_ray(address: str, sources, tokenizer, spec, byte_budget, plan, work
             raise InputError(f"cannot start or join Ray at {address!r}: {str(exc).splitlines()[0]}") from None
         started = True
     try:
-        return _count(ray, sources, tokenizer, spec, byte_budget, plan, work)
+        return _count(ray, sources, tokenizer, spec, text_budget, plan, work)
     finally:
         if started:
             ray.shutdown()
 
 
-def _count(ray, sources, tokenizer, spec, byte_budget, plan, work):
+def _count(ray, sources, tokenizer, spec, text_budget, plan, work):
     cpus = max(1, int(ray.cluster_resources().get("CPU", plan.jobs)))
     top = spec.id_bound or spec.n_vocab
     n_ranges = min(RANGES_PER_CPU * cpus, top)
@@ -138,10 +138,10 @@ def _count(ray, sources, tokenizer, spec, byte_budget, plan, work):
             doc = token_doc(source)
             count_ids(doc.arrays(), workers, joints, n)
             docs.append(CountedDoc(doc.source, n_bytes=doc.n_bytes, sha256=doc.sha256, counted_tokens=doc.n_tokens))
-        elif byte_budget.exhausted:
+        elif text_budget.exhausted:
             skipped.append(source.describe())
         else:
-            doc = tokenize_count(source, byte_budget, tokenizer, workers, joints, None, lambda b: None)
+            doc = tokenize_count(source, text_budget, tokenizer, workers, joints, None, lambda b: None)
             (docs.append(doc) if doc.n_bytes else skipped.append(source.describe()))
     counter = FollowerCounter(spec.n_vocab, spec.chunk_tokens, vocab_name=spec.vocab_name, id_bound=spec.id_bound)
     for joint in joints.joints:

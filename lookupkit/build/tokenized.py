@@ -29,7 +29,7 @@ from lookupkit._version import __version__
 from lookupkit.tokenizer.encode import SAFE_CUT
 from lookupkit.tokenizer.store import HEAD_BYTES, Checkpoint, Entry, EntryWriter, TokenStore
 from lookupkit.corpora.sources import TextFile
-from lookupkit.corpora.stream import Budget, Consumed, Utf8Decoder
+from lookupkit.corpora.stream import Consumed, TextBudget, Utf8Decoder
 
 SEGMENT_BYTES = 2**20
 _ASCII_GRAPHIC = range(0x21, 0x7F)
@@ -110,22 +110,22 @@ def token_doc(source) -> DocTokens:
     return DocTokens(source.describe(), n_bytes=ids.nbytes, sha256=sha.hexdigest(), parts=[ids])
 
 
-def tokenize_source(source, budget: Budget, tokenizer, store: TokenStore | None,
+def tokenize_source(source, text_budget: TextBudget, tokenizer, store: TokenStore | None,
                     on_bytes: Callable[[int], None] | None = None) -> DocTokens:
-    """Tokenize (or reuse) one text source as consumed under `budget`; store=None: in memory only."""
-    return _Tokenization(source, budget, tokenizer, store, on_bytes or (lambda n: None)).run()
+    """Tokenize (or reuse) one text source as consumed under `text_budget`; store=None: in memory only."""
+    return _Tokenization(source, text_budget, tokenizer, store, on_bytes or (lambda n: None)).run()
 
 
 def tokenize_text_file(path, tokenizer) -> np.ndarray:
     """Ids of a text file (-f) as llama.cpp's lookup tools get them: the whole file, one trailing "\\n"
     cut, special tokens added and parsed (lookup-create's document rule), in memory, no token store."""
-    doc = tokenize_source(TextFile(path), Budget(None), tokenizer, None)
+    doc = tokenize_source(TextFile(path), TextBudget(None), tokenizer, None)
     return np.concatenate([np.asarray(a, dtype=np.int32) for a in doc.arrays()] or [np.empty(0, np.int32)])
 
 
 class _Tokenization:
-    def __init__(self, source, budget, tokenizer, store, on_bytes):
-        self.source, self.budget, self.tok, self.store, self.on_bytes = source, budget, tokenizer, store, on_bytes
+    def __init__(self, source, text_budget, tokenizer, store, on_bytes):
+        self.source, self.text_budget, self.tok, self.store, self.on_bytes = source, text_budget, tokenizer, store, on_bytes
         self.vocab, self.mode = tokenizer.fingerprint, tokenizer_mode(tokenizer)
         self.sha, self.hashed = hashlib.sha256(), 0
         self.buf, self.buf_start = bytearray(), 0   # bytes from the anchor on, not yet encoded
@@ -140,7 +140,7 @@ class _Tokenization:
         self.scan_from = 0
 
     def run(self) -> DocTokens:
-        consumed = Consumed(self.source.blocks(), self.budget)
+        consumed = Consumed(self.source.blocks(), self.text_budget)
         blocks = iter(consumed)
         head = bytearray()
         for block in blocks:  # the first HEAD_BYTES select the stored entries to follow

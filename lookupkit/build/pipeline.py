@@ -21,22 +21,23 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ._version import __version__
-from . import budget
-from .corpora.parallel import Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup, tokenize_count
-from .corpora.stream import Budget
-from .corpora.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
-from .counts.bigrams import CHUNK_TOKENS
-from .counts.runs import key_ranges
-from .errors import InputError
-from .files import atomic_writer
-from .formats import format_for_path
-from .formats.lkc_stream import write_parts
-from .formats.orders import HighOrders
-from .counts.orders import OrderParams, count_order, follower_bits
-from .memory import peak_rss_bytes
-from .rules import COUNT_MAX, ID_MAX
-from .tokenizer.store import TokenStore
+from lookupkit._version import __version__
+from lookupkit.build.memory_budget import check_write, children_peak_rss, disk_errors, plan_memory, work_dir
+from lookupkit.build.parallel import (Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup,
+                                      tokenize_count)
+from lookupkit.build.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
+from lookupkit.corpora.stream import TextBudget
+from lookupkit.counts.bigrams import CHUNK_TOKENS
+from lookupkit.counts.orders import OrderParams, count_order, follower_bits
+from lookupkit.counts.runs import key_ranges
+from lookupkit.errors import InputError
+from lookupkit.files import atomic_writer
+from lookupkit.formats import format_for_path
+from lookupkit.formats.lkc_stream import write_parts
+from lookupkit.formats.orders import HighOrders
+from lookupkit.memory import peak_rss_bytes
+from lookupkit.rules import COUNT_MAX, ID_MAX
+from lookupkit.tokenizer.store import TokenStore
 
 ProgressFactory = Callable[[bool], "contextlib.AbstractContextManager"]  # bytes_mode -> rich Progress
 
@@ -55,7 +56,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     `token_cache` is False, in which case they go to a temporary directory removed afterwards.
     `tokenizer` None (token-id sources only): the cache records no vocabulary and accepts any id in
     0..2^31-1, as llama.cpp does. `jobs` processes tokenize and count; counting holds about
-    `memory_budget` bytes (default DEFAULT_BUDGET) and spills sorted runs to `temp_dir` (default: the
+    `memory_budget` bytes (default DEFAULT_MEMORY_BUDGET) and spills sorted runs to `temp_dir` (default: the
     system's) beyond it; `ray` ("local" or a cluster address) runs tokenizing and counting as Ray tasks.
     Every combination writes the same bytes. `orders` (counts.orders.OrderParams) also counts the
     higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
@@ -72,14 +73,14 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         raise InputError("--max-bytes limits text sources; it cannot be combined with token-id files")
     if tokenizer is None and any(s.kind != "tokens" for s in sources):
         raise InputError("text sources need a vocabulary to be tokenized with")
-    plan = budget.plan(jobs, memory_budget, chunk_tokens)
+    plan = plan_memory(jobs, memory_budget, chunk_tokens)
     if orders is not None and (fmt != "lkc" or ray is not None):
         raise InputError("--orders above 2 writes a .lkc file and runs locally (no --ray); "
                          f"got {'--ray' if ray is not None else fmt + ' output'}")
     for source in sources:
         source.check()
     scratch = contextlib.nullcontext(cache_dir) if token_cache else tempfile.TemporaryDirectory(prefix="lookupkit-")
-    with scratch as root, budget.work_dir(temp_dir) as work:
+    with scratch as root, work_dir(temp_dir) as work:
         phases: dict[str, float] = {}
         peaks: dict[str, int] = {}
         spec = CounterSpec(*_vocab_bounds(tokenizer, sources), spill_dir=work, limit_bytes=plan.per_job,
@@ -88,12 +89,12 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
             orders = dataclasses.replace(orders, follower_bits=follower_bits(spec.id_bound or spec.n_vocab))
         high = None
         if ray is not None:
-            from .distributed.ray_build import count_on_ray
+            from lookupkit.build.ray_tasks import count_on_ray
 
             with _timed(phases, peaks, "tokenize"):
-                docs, skipped, parts = count_on_ray(ray, sources, tokenizer, spec, Budget(max_bytes, cut), plan, work)
+                docs, skipped, parts = count_on_ray(ray, sources, tokenizer, spec, TextBudget(max_bytes, cut), plan, work)
         else:
-            docs, skipped, parts, high = _count_local(sources, tokenizer, TokenStore(root), Budget(max_bytes, cut),
+            docs, skipped, parts, high = _count_local(sources, tokenizer, TokenStore(root), TextBudget(max_bytes, cut),
                                                       plan, spec, work, token_cache, progress, phases, peaks, orders)
         n_tokens = sum(d.n_tokens for d in docs)
         n_keys = sum(p.n_keys for p in parts)
@@ -102,9 +103,9 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         if n_keys == 0:
             raise InputError(f"no 2-grams: the corpus has {n_tokens} tokens, and a 2-gram with a follower "
                              "needs 3 tokens in one document")
-        budget.check_write(plan, n_keys)
+        check_write(plan, n_keys)
         meta = _meta(tokenizer, docs, n_tokens, max_bytes, cut)
-        with _timed(phases, peaks, "write"), _bar(progress, False, "write", None), budget.disk_errors(work):
+        with _timed(phases, peaks, "write"), _bar(progress, False, "write", None), disk_errors(work):
             write_parts(parts, out_path, fmt, meta, keys, high)
     phases["total"] = time.perf_counter() - t_start
     merge = phases.pop("merge", 0.0)
@@ -122,7 +123,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         "orders": ([2, *orders.orders] if orders else [2]), "orders_seconds": orders_s and round(orders_s, 3),
         "n_high_order_keys": {n: len(k) for n, (k, _) in high.maps.items()} if high else {},
         "seconds": {k: round(v, 3) for k, v in phases.items()}, "peak_rss_bytes": peak_rss_bytes(),
-        "peak_rss_bytes_by_end_of": peaks, "workers_peak_rss_bytes": budget.children_peak_rss(),
+        "peak_rss_bytes_by_end_of": peaks, "workers_peak_rss_bytes": children_peak_rss(),
     }
 
 
@@ -137,28 +138,28 @@ def _vocab_bounds(tokenizer, sources) -> tuple[int, str, int | None]:
     return tokenizer.n_vocab, name, None
 
 
-def _count_local(sources, tokenizer, store, byte_budget, plan, spec, work, token_cache, progress, phases, peaks,
+def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token_cache, progress, phases, peaks,
                  orders=None):
     """Tokenize and count in `plan.jobs` processes; merge by key range. Returns (docs, skipped, parts, the
     higher orders or None)."""
     high = None
     workers = Workers(plan.jobs, tokenizer, spec)
     try:
-        with budget.disk_errors(work):
+        with disk_errors(work):
             bounds, docs, skipped = Boundaries(), [], []
             with _timed(phases, peaks, "tokenize"):
                 fresh = []
                 for i, source in enumerate(sources):  # text nobody stored yet: tokenized and counted at once
                     if (plan.jobs > 1 and orders is None and source.kind != "tokens" and tokenizer.cuttable
-                            and not byte_budget.exhausted):
-                        lookup, stored = stored_lookup(source, byte_budget, tokenizer, store if token_cache else None)
+                            and not text_budget.exhausted):
+                        lookup, stored = stored_lookup(source, text_budget, tokenizer, store if token_cache else None)
                         if not stored:
                             fresh.append(i)
-                            doc = _parallel_doc(source, byte_budget, tokenizer, store, lookup, token_cache, workers,
+                            doc = _parallel_doc(source, text_budget, tokenizer, store, lookup, token_cache, workers,
                                                 bounds, progress)
                             (docs.append(doc) if doc.n_bytes else skipped.append(source.describe()))
                             continue
-                    d, s = _tokenize([source], tokenizer, store, byte_budget, progress)
+                    d, s = _tokenize([source], tokenizer, store, text_budget, progress)
                     docs += d
                     skipped += s
             try:
@@ -188,13 +189,13 @@ def _count_local(sources, tokenizer, store, byte_budget, plan, spec, work, token
     return docs, skipped, parts, high
 
 
-def _parallel_doc(source, byte_budget, tokenizer, store, lookup, token_cache, workers, bounds, progress):
+def _parallel_doc(source, text_budget, tokenizer, store, lookup, token_cache, workers, bounds, progress):
     size = source.size
     with _bar(progress, True, "tokenize+count", size) as advance:
         if not token_cache:
-            return tokenize_count(source, byte_budget, tokenizer, workers, bounds, None, advance)
+            return tokenize_count(source, text_budget, tokenizer, workers, bounds, None, advance)
         with store.writer(lookup, tokenizer.fingerprint, tokenizer_mode(tokenizer)) as writer:
-            doc = tokenize_count(source, byte_budget, tokenizer, workers, bounds, writer, advance)
+            doc = tokenize_count(source, text_budget, tokenizer, workers, bounds, writer, advance)
             if not doc.n_bytes:
                 writer.finish(0, doc.sha256)
         if writer.entry is not None:
@@ -228,22 +229,22 @@ def _check_output(path: Path) -> None:
         raise InputError(f"cannot write {path}: permission denied")
 
 
-def _tokenize(sources, tokenizer, store, budget, progress) -> tuple[list[DocTokens], list[str]]:
+def _tokenize(sources, tokenizer, store, text_budget, progress) -> tuple[list[DocTokens], list[str]]:
     docs, skipped = [], []
     sizes = [s.size for s in sources if s.kind != "tokens"]
-    total = None if None in sizes else min(sum(sizes), budget.left if budget.left is not None else sum(sizes))
+    total = None if None in sizes else min(sum(sizes), text_budget.left if text_budget.left is not None else sum(sizes))
     has_text = any(s.kind != "tokens" for s in sources)
     with _bar(progress if has_text else None, True, "tokenize", total) as advance:
         for source in sources:
-            if budget.exhausted:
+            if text_budget.exhausted:
                 skipped.append(source.describe())
             elif source.kind == "tokens":
                 docs.append(token_doc(source))
             else:
-                doc = tokenize_source(source, budget, tokenizer, store, advance)
+                doc = tokenize_source(source, text_budget, tokenizer, store, advance)
                 if doc.n_bytes:
                     docs.append(doc)
-                else:  # the budget ended before this source's first line end
+                else:  # --max-bytes ended before this source's first line end
                     skipped.append(source.describe())
     return docs, skipped
 
@@ -314,7 +315,7 @@ def export_tokens(sources: Sequence, tokenizer, out_path: str | os.PathLike, pro
         raise InputError("no corpus given: pass a text file, a dataset or the default corpus")
     for source in sources:
         source.check()
-    docs, skipped = _tokenize(sources, tokenizer, TokenStore(cache_dir), Budget(max_bytes, cut), progress)
+    docs, skipped = _tokenize(sources, tokenizer, TokenStore(cache_dir), TextBudget(max_bytes, cut), progress)
     try:
         n_tokens = 0
         with atomic_writer(out_path) as f:

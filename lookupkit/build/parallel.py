@@ -31,7 +31,7 @@ from lookupkit.counts.spill import SpillingCounter
 from lookupkit.errors import InputError, LookupkitError
 from lookupkit.tokenizer.store import HEAD_BYTES, Checkpoint, TokenStore
 from lookupkit.corpora.stream import Consumed, Utf8Decoder
-from lookupkit.corpora.tokenized import DocTokens, next_cut, tokenizer_mode
+from lookupkit.build.tokenized import DocTokens, next_cut, tokenizer_mode
 
 PIECE_BYTES = 4 * 2**20
 IDS_PIECE = 8 * 2**20  # tokens per counting task for token-id sources
@@ -248,11 +248,11 @@ class Boundaries:
             self.next += 1
 
 
-def tokenize_count(source, budget, tokenizer, workers: Workers, bounds: Boundaries, writer, on_bytes,
+def tokenize_count(source, text_budget, tokenizer, workers: Workers, bounds: Boundaries, writer, on_bytes,
                    piece_bytes: int | None = None) -> CountedDoc:
     """Tokenize and count one text source in `workers`; `writer` (a token store EntryWriter or None)
     receives the ids in order."""
-    consumed = Consumed(source.blocks(), budget)
+    consumed = Consumed(source.blocks(), text_budget)
     sha, buf, start, first = hashlib.sha256(), bytearray(), 0, True
     cuts: dict[int, tuple[int, str]] = {}  # piece -> (end byte, sha256 of the bytes before it)
     totals = {"tokens": 0, "replaced": 0}
@@ -319,11 +319,11 @@ def count_ids(arrays, workers: Workers, bounds: Boundaries, doc_no: int) -> None
         bounds.add(r)
 
 
-def stored_lookup(source, budget, tokenizer, store) -> tuple[str, bool]:
-    """The token store's lookup key of `source` (from its first HEAD_BYTES as consumed under `budget`,
+def stored_lookup(source, text_budget, tokenizer, store) -> tuple[str, bool]:
+    """The token store's lookup key of `source` (from its first HEAD_BYTES as consumed under `text_budget`,
     which is not charged) and whether the store holds an entry to reuse (store None: never)."""
     head = bytearray()
-    blocks = iter(Consumed(source.blocks(), copy.copy(budget)))
+    blocks = iter(Consumed(source.blocks(), copy.copy(text_budget)))
     for block in blocks:
         head += block
         if len(head) >= HEAD_BYTES:

@@ -1,0 +1,12 @@
+"""How a cache is built: corpus → token ids → counts → file (`lookup-create`), and caches added
+together (`lookup-merge`).
+
+`pipeline` runs a build (tokenize, count, merge, write; `build_static`, `export_tokens`);
+`tokenized` turns a text source into ids through the token store; `parallel` tokenizes and counts in N
+processes, `ray_tasks` as Ray tasks; `memory_budget` reads sizes and divides the memory budget;
+`merge` is lookup-merge's streamed merge.
+"""
+
+from lookupkit.build.pipeline import build_static, export_tokens
+
+__all__ = ["build_static", "export_tokens"]
