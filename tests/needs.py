@@ -21,7 +21,7 @@ def missing(why: str):
     """Skip (fail under CI) because `why` is missing."""
     if os.environ.get("CI"):
         pytest.fail(f"CI: {why}")
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=True)  # also at import, as `ray = needs.module("ray", ...)` does
 
 
 def shared(rel: str) -> Path:

@@ -4,16 +4,13 @@ prompt selection, divergence and acceptance counting, the report's figures and i
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from lookupkit.bench import engine_rows, engines, llama_server, report_engines as rep
 from lookupkit.bench.engine_runners import accepted_of, record
 from lookupkit.errors import InputError
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+import needs
 
 
 def test_completion_request_is_greedy_fixed_length_and_fresh():
@@ -80,10 +77,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
 
 
 def test_prompts_are_a_fixed_seeded_selection():
-    if not (SHARED / "corpora" / "wiki.valid.tokens").is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail("../shared/corpora/wiki.valid.tokens is required under CI")
-        pytest.skip("../shared/corpora is absent (a fresh clone has no shared data)")
+    needs.shared("corpora/wiki.valid.tokens")
     a = engines.select_paragraphs(engines.VALID, 8, 13)
     assert a == engines.select_paragraphs(engines.VALID, 8, 13) and len(set(a)) == 8
     assert all(len(p.split()) >= 250 for p in a)

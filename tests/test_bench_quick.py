@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 
 from lookupkit.bench.report import MIN_RUNS, render, verdict
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+import needs
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    if not (SHARED / "reference" / "zipf.corpus.i32").exists():
-        pytest.skip("../shared/reference is absent (a fresh clone has no shared data)")
+    needs.shared("reference/zipf.corpus.i32")
     tmp_path = tmp_path_factory.mktemp("bench-quick")
     r = subprocess.run([sys.executable, "-c", "from lookupkit.cli.main import main; main()", "bench", "--quick", "--no-llamacpp",
                         "--out-dir", str(tmp_path)], capture_output=True, text=True,

@@ -7,15 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from lookupkit.bench.report_startup import startup_section
 from lookupkit.bench.startup import CHILD, child_env, copy_package, spawn, summary
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-QWEN2 = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
+import needs
 
 
 def test_fresh_install_copy_has_no_compile_cache_and_imports_from_itself(tmp_path):
@@ -69,10 +64,10 @@ def test_startup_targets_rest_on_measurements():
     assert "first compile visible (a log line or progress) | `0.5 s: compiling kernels (first run only)` | yes" in text
 
 
-@pytest.mark.skipif(not QWEN2.exists(), reason="../shared/vocab/ggml-vocab-qwen2.gguf is absent")
 def test_qwen2_shaped_gguf_writer_loads_in_llama_cpp(tmp_path):
-    pytest.importorskip("gguf", reason="the gguf package is not installed")
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+    qwen2 = needs.shared("vocab/ggml-vocab-qwen2.gguf")
+    needs.module("gguf", "pip install 'lookupkit[dev]'")
+    needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
     from lookupkit.bench.models import Shape, write_qwen2_gguf
 
     path = write_qwen2_gguf(tmp_path / "tiny-qwen2.gguf", Shape(n_layer=1, n_embd=64, n_ff=128, n_head=2, n_head_kv=1,
@@ -86,4 +81,4 @@ def test_qwen2_shaped_gguf_writer_loads_in_llama_cpp(tmp_path):
     assert out["n_vocab"] == 151936 and out["arch"] == "qwen2"
     from lookupkit import Tokenizer
 
-    assert out["ids"] == Tokenizer.from_file(QWEN2).encode("Hello world", add_special=False).tolist()
+    assert out["ids"] == Tokenizer.from_file(qwen2).encode("Hello world", add_special=False).tolist()

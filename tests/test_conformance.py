@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,14 +17,13 @@ from lookupkit.corpora import read_token_file as load_tokens
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import read_ngrams
 from lookupkit.replay import replay
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 CASES = json.loads((REF / "cases.json").read_text()) if (REF / "cases.json").is_file() else []
 HAVE_FAST = importlib.util.find_spec("lookupkit.replay.loop") is not None
 
-pytestmark = pytest.mark.skipif(not CASES, reason=f"conformance vectors not present at {REF} "
-                                                  "(they live outside the repository)")
+pytestmark = needs.shared_mark("reference/cases.json")
 
 
 def open_static(name: str | None):

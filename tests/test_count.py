@@ -1,7 +1,6 @@
 """Exact 2-gram follower counting: llama.cpp's own results, a naive count, chunking, saturation, bad ids."""
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +13,9 @@ from lookupkit.errors import InputError
 from lookupkit.formats import llama
 from lookupkit.counts.tables import StaticTable
 from lookupkit.rules import COUNT_MAX
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REFERENCE = SHARED / "reference"
+REFERENCE = needs.SHARED / "reference"
 
 
 def same_table(a: StaticTable, b: StaticTable) -> bool:
@@ -38,8 +37,7 @@ def naive(docs) -> dict:
 @pytest.mark.parametrize("name,n_vocab", [("synth", 60), ("zipf", 5000)])
 @pytest.mark.parametrize("packed", [True, False])
 def test_equals_llamacpp_reference(name, n_vocab, packed):
-    if not REFERENCE.is_dir():
-        pytest.skip(f"conformance vectors not found at {REFERENCE} (the shared folder is absent)")
+    needs.shared("reference")
     ref = StaticTable.from_ngrams(llama.read((REFERENCE / f"{name}.static.lcs").read_bytes()))
     corpus = np.fromfile(REFERENCE / f"{name}.corpus.i32", dtype="<i4")
     for chunk in (1000, 1 << 20):

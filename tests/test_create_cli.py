@@ -23,9 +23,9 @@ from lookupkit.counts.tables import StaticTable
 from lookupkit.formats import llama
 from lookupkit.static import read_table
 from cli_checks import assert_one_line_error as check
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 runner = CliRunner()
 BUNDLED = Path(__file__).resolve().parents[1] / "lookupkit" / "data" / "ggml-vocab-gpt-2.gguf"
 TEXT = " = Heading = \n \n The cat sat on the mat . The cat sat on the hat . \n The dog sat . \n"
@@ -67,8 +67,7 @@ def file_ids(tok, text: str) -> np.ndarray:
 # -- outputs ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["zipf.lcs", "zipf.lkc", "zipf.ggngcmap", "zipf.lkc.zst"])
 def test_token_ids_build_equals_llamacpp_lookup_create(tmp_path, name):
-    if not REF.is_dir():
-        pytest.skip(f"conformance vectors not found at {REF} (the shared folder is absent)")
+    needs.shared("reference")
     out = tmp_path / name
     summary = create_json("--tokens", REF / "zipf.corpus.i32", "-lcs", out)
     reference = StaticTable.from_ngrams(llama.read((REF / "zipf.static.lcs").read_bytes()))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,9 +14,9 @@ from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama
 from lookupkit.static.cache import StaticCache
 from lookupkit.counts.tables import StaticTable
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 CASES = json.loads((REF / "cases.json").read_text()) if (REF / "cases.json").is_file() else []
 TINY = [1, 5, 6, 7, 5, 6, 7, 5, 6, 8, 5, 6, 7, 5, 6, 7, 9, 5, 6, 7]
 
@@ -46,7 +45,7 @@ def generate(drafter: Drafter, truth: np.ndarray, n_draft: int) -> list[str]:
     return lines
 
 
-@pytest.mark.skipif(not CASES, reason=f"reference vectors not present at {REF} (outside the repo)")
+@needs.shared_mark("reference/cases.json")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["case"])
 def test_a_plain_python_loop_reproduces_every_reference_case(case):
     drafter = Drafter(static=REF / case["static"] if case["static"] else None,

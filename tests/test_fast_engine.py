@@ -8,7 +8,6 @@ every count, with and without the precheck, including counts past 2^31 where int
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -28,11 +27,11 @@ from lookupkit.replay.loop import replay_fast
 from lookupkit.static.cache import StaticCache
 from lookupkit.counts.tables import NgramTable, StaticTable
 from lookupkit.rules import COUNT_MAX
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 CASES = json.loads((REF / "cases.json").read_text()) if (REF / "cases.json").is_file() else []
-needs_shared = pytest.mark.skipif(not CASES, reason=f"reference vectors not present at {REF} (outside the repo)")
+needs_shared = needs.shared_mark("reference/cases.json")
 
 VOCAB = 6  # a small vocabulary: many repeats, many ties
 tokens_st = st.lists(st.integers(0, VOCAB - 1), min_size=0, max_size=48)
@@ -51,7 +50,7 @@ def test_reference_cases_exact(case):
     assert list(trace.steps_lines()) == (REF / case["steps_file"]).read_text().splitlines()
 
 
-@pytest.mark.skipif(not (REF / "wikitext" / "wiki.test.qwen2.i32").is_file(), reason="wikitext ids not present")
+@needs.shared_mark("reference/wikitext/wiki.test.qwen2.i32")
 def test_wikitext_without_static_cache_gives_the_published_counts():
     tokens = np.fromfile(REF / "wikitext" / "wiki.test.qwen2.i32", "<i4")
     trace, _ = replay_fast(tokens, 4096, 8)

@@ -7,7 +7,6 @@ import errno
 import hashlib
 import json
 import struct
-from pathlib import Path
 
 import fastconstmap
 import numpy as np
@@ -24,9 +23,9 @@ from lookupkit.errors import FormatError, InputError
 from lookupkit.formats import lkc, llama
 from lookupkit.static.cache import StaticCache
 from lookupkit.counts.tables import StaticTable
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 META = {"vocab": {"name": "toy", "n_vocab": 1000, "fingerprint": "toy-fp"},
         "corpus": {"sources": [{"source": "toy.txt", "bytes": 10, "tokens": 5, "sha256": "00" * 32, "replaced_bytes": 0}]},
         "build": {"ngram": 2}}
@@ -115,8 +114,7 @@ def test_key_recovery_of_one_token_stream(tmp_path_factory, n, seed, vocab):
 
 @pytest.mark.parametrize("name", ["synth", "zipf"])
 def test_llamacpp_reference_files_read_and_convert(tmp_path, name):
-    if not REF.is_dir():
-        pytest.skip(f"{REF} is absent (the shared conformance vectors are not in a fresh clone)")
+    needs.shared("reference")
     corpus = np.fromfile(REF / f"{name}.corpus.i32", dtype="<i4")
     expected = table_of(corpus)
     got = read_table(REF / f"{name}.static.lcs")  # written by llama.cpp itself

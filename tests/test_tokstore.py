@@ -3,20 +3,20 @@ tokenizing the consumed bytes on their own (whole corpus, prefixes, grown and ch
 
 import copy
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lookupkit.tokenizer import store as tokstore
-from lookupkit.corpora import TextBudget, TextFile
-from lookupkit.build import tokenized
-from lookupkit.build.tokenized import tokenize_source
+from lookupkit.corpora import Budget, TextFile
+from lookupkit.corpora import tokenized
+from lookupkit.corpora.tokenized import tokenize_source
 from lookupkit.errors import FormatError
 from lookupkit.tokenizer.encode import Tokenizer
 from lookupkit.tokenizer.store import Checkpoint, Entry, TokenStore
+import needs
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = needs.SHARED
 WORDS = ["the", "Valkyria", "café", "war", "of", "1886", "Müller", "'s", "naïve", "2.5", "=", ",", ".", "(", ")",
          "<|endoftext|>", "東京", "x\u00a0y", "--", "and"]
 
@@ -61,7 +61,7 @@ def gpt2():
 
 
 def build(path, tok, store, limit=None, cut="line"):
-    return tokenize_source(TextFile(path), TextBudget(limit, cut), tok, store)
+    return tokenize_source(TextFile(path), Budget(limit, cut), tok, store)
 
 
 # -- entries ----------------------------------------------------------------------------------
@@ -210,9 +210,7 @@ def test_a_vocabulary_that_cannot_be_cut_is_tokenized_whole(tmp_path, gpt2, smal
 
 @pytest.mark.parametrize("vocab", ["qwen2", "llama-spm", "llama-bpe"])
 def test_prefixes_of_real_text_with_real_vocabularies(tmp_path, small_segments, vocab):
-    raw, gguf = SHARED / "corpora" / "wiki.test.raw", SHARED / "vocab" / f"ggml-vocab-{vocab}.gguf"
-    if not raw.exists() or not gguf.exists():
-        pytest.skip(f"{raw} or {gguf} not found (the shared folder is absent)")
+    raw, gguf = needs.shared("corpora/wiki.test.raw"), needs.shared(f"vocab/ggml-vocab-{vocab}.gguf")
     tok = Tokenizer.from_file(gguf)
     data = raw.read_bytes()[:120_000]
     data = data[:data.rfind(b"\n") + 1]
@@ -227,9 +225,7 @@ def test_prefixes_of_real_text_with_real_vocabularies(tmp_path, small_segments, 
 
 
 def test_whole_wikitext_test_split_equals_llamacpp_ids(tmp_path):
-    raw, ref = SHARED / "corpora" / "wiki.test.raw", SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
-    gguf = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
-    if not (raw.exists() and ref.exists() and gguf.exists()):
-        pytest.skip("the shared WikiText test split, its llama.cpp ids or the qwen2 vocabulary are absent")
+    raw, ref = needs.shared("corpora/wiki.test.raw"), needs.shared("reference/wikitext/wiki.test.qwen2.i32")
+    gguf = needs.shared("vocab/ggml-vocab-qwen2.gguf")
     doc = build(raw, Tokenizer.from_file(gguf), TokenStore(tmp_path))
     assert np.array_equal(ids_of(doc), np.fromfile(ref, dtype="<i4"))

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+import needs
+
+SHARED = needs.SHARED
 
 
 def lookupkit(*args: str, env_dir: Path) -> subprocess.CompletedProcess:
@@ -19,9 +21,7 @@ def lookupkit(*args: str, env_dir: Path) -> subprocess.CompletedProcess:
 
 
 def test_tokenize_gives_llamacpp_ids_of_the_wikitext_test_split(tmp_path):
-    raw = SHARED / "corpora" / "wiki.test.raw"
-    if not raw.exists():
-        pytest.skip("../shared/corpora is absent (a fresh clone has no shared data)")
+    raw = needs.shared("corpora/wiki.test.raw")
     out = tmp_path / "ids.i32"
     r = lookupkit("tokenize", "-f", str(raw), "-m", str(SHARED / "vocab" / "ggml-vocab-qwen2.gguf"), "-o", str(out),
                   "--json", env_dir=tmp_path)
