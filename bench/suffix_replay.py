@@ -1,0 +1,110 @@
+"""What the suffix index would draft, replayed over an evaluation text (issue 15): at every position, the
+longest corpus match of the last --max-len tokens and the run its occurrences agree on, compared with
+the tokens that really follow. Also times the calls and the index's build and open.
+
+    python -m lookupkit.bench.suffix_replay --corpus-ids wiki541.i32 --tokens 5586362 --index wiki25.lksx \
+        --eval-ids wikitest.gemma.i32
+
+--corpus-ids: raw little-endian int32 ids, one document (its first --tokens ids), or --corpus-docs a .npz of
+documents (bench.suffix_code_task writes one); the index is built into --index unless it exists. Prints one
+JSON object: sizes, build seconds and peak RSS, open ms, mean us per call (compiled loop, warm: the second
+of two passes), the share of positions whose match is >= 8/16/32 tokens, mean run and mean accepted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+
+import numpy as np
+
+from lookupkit.kernels import kernel
+from lookupkit.suffix.build import build_index, corpus_text
+from lookupkit.suffix.search import continuation_kernel, longest_match_kernel
+from lookupkit.suffix.store import open_index, save
+
+MATCH_BINS = (8, 16, 32)
+
+
+@kernel
+def _replay(text, sa, starts, ev, positions, max_len, max_tokens, min_share, lens, runs, accepted, tok, cnt, tot):
+    for q in range(positions.shape[0]):
+        p = positions[q]
+        m, lo, hi = longest_match_kernel(text, sa, starts, ev, p, max_len)
+        k = continuation_kernel(text, sa, m, lo, hi, max_tokens, min_share, tok, cnt, tot)
+        a = 0
+        while a < k and p + a < ev.shape[0] and tok[a] == ev[p + a]:
+            a += 1
+        lens[q], runs[q], accepted[q] = m, k, a
+
+
+def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_tokens: int, min_share: float) -> dict:
+    out = [np.zeros(len(positions), np.int64) for _ in range(3)]
+    scratch = (np.empty(max_tokens, np.int32), np.empty(max_tokens, np.int64), np.empty(max_tokens, np.int64))
+    args = (index.text, index.sa, index.starts, ev)
+    _replay(*args, positions[:1], max_len, max_tokens, min_share, *[o[:1] for o in out], *scratch)  # compile
+    times = []
+    for _ in range(2):  # the first pass pages the index in; the second is the warm figure
+        t0 = time.perf_counter()
+        _replay(*args, positions, max_len, max_tokens, min_share, *out, *scratch)
+        times.append(time.perf_counter() - t0)
+    lens, runs, acc = out
+    return {"positions": len(positions), "us_per_call_first": round(1e6 * times[0] / len(positions), 2),
+            "us_per_call_warm": round(1e6 * times[1] / len(positions), 2), "mean_match": round(float(lens.mean()), 3),
+            **{f"match_ge_{b}": round(float(np.mean(lens >= b)), 4) for b in MATCH_BINS},
+            "mean_run": round(float(runs.mean()), 3), "mean_accepted": round(float(acc.mean()), 3),
+            "run_accept_rate": round(float(acc.sum() / max(1, runs.sum())), 4),
+            "mean_run_given_match_ge_8": round(float(runs[lens >= 8].mean()) if np.any(lens >= 8) else 0.0, 3),
+            "mean_accepted_given_match_ge_8": round(float(acc[lens >= 8].mean()) if np.any(lens >= 8) else 0.0, 3)}
+
+
+def load_docs(a) -> list[np.ndarray]:
+    if a.corpus_docs:
+        z = np.load(a.corpus_docs)
+        return [z[k] for k in sorted(z.files)]
+    return [np.fromfile(a.corpus_ids, dtype="<i4", count=a.tokens if a.tokens else -1)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus-ids")
+    src.add_argument("--corpus-docs")
+    ap.add_argument("--tokens", type=int, default=0, help="first N ids of --corpus-ids (0: all)")
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--eval-ids", required=True, help="raw int32 ids (or a .npz of documents, concatenated)")
+    ap.add_argument("--positions", type=int, default=50_000, help="evenly spaced evaluation positions")
+    ap.add_argument("--max-len", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--min-share", type=float, default=0.5)
+    a = ap.parse_args()
+    res: dict = {"load_before": os.getloadavg()[0]}
+    if not os.path.exists(a.index):
+        t0 = time.perf_counter()
+        index = build_index(corpus_text(load_docs(a)))
+        res["build_s"] = round(time.perf_counter() - t0, 2)
+        res["build_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        save(index, a.index)
+        del index
+    t0 = time.perf_counter()
+    index = open_index(a.index)
+    res["open_ms"] = round(1000 * (time.perf_counter() - t0), 3)
+    res["corpus_tokens"] = index.n
+    res["bytes_per_token"] = round(os.path.getsize(a.index) / max(1, index.n), 3)
+    if a.eval_ids.endswith(".npz"):
+        z = np.load(a.eval_ids)
+        ev = np.concatenate([z[k] for k in sorted(z.files)]).astype(np.int64)
+    else:
+        ev = np.fromfile(a.eval_ids, dtype="<i4").astype(np.int64)
+    positions = np.unique(np.linspace(1, len(ev) - 1, min(a.positions, len(ev) - 1)).astype(np.int64))
+    res["eval_tokens"] = len(ev)
+    res.update(replay(index, ev, positions, a.max_len, a.max_tokens, a.min_share))
+    res["load_after"] = os.getloadavg()[0]
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

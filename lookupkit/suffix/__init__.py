@@ -1,0 +1,14 @@
+"""A suffix index over a corpus' token ids: the longest earlier match anywhere in the corpus, and the run of
+tokens its occurrences agree on (issue 15). Not yet a section of .lkc nor a policy source: see
+/work/coord/suffix-notes.md for what integration needs.
+
+    text = corpus_text(docs)                 # ids of every document, each followed by SEPARATOR
+    index = build_index(text)                # suffix array (libdivsufsort), first-token table
+    m, lo, hi = longest_match(index, context, max_len=64)
+    run = continuation(index, m, lo, hi, max_tokens=16, min_share=0.5)
+"""
+
+from .build import SEPARATOR, build_index, corpus_text, SuffixIndex
+from .search import continuation, longest_match, Run
+
+__all__ = ["SEPARATOR", "SuffixIndex", "build_index", "corpus_text", "longest_match", "continuation", "Run"]

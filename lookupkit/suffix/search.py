@@ -1,0 +1,154 @@
+"""Search the suffix index: the longest suffix of a context that occurs in the corpus, and the run of
+tokens its occurrences agree on, with each step's evidence (compiled; the readable definition is in
+reference.py, and tests hold the two equal).
+
+longest_match: the occurrence of a pattern is monotone in its length (a suffix of an occurring suffix
+occurs), so the longest occurring suffix of the last max_len tokens is found by galloping (1, 2, 4, ...)
+then bisecting on the length; each probe narrows the SA range one token at a time from the first-token
+table (a binary search for the lower and the upper end per token).
+
+continuation: the rows of a range are sorted by the token after the match, so each next token's
+occurrences are one block. A token with share >= min_share of the N rows fills a block of at least
+ceil(min_share * N) rows, so it holds one of the rows lo, lo + step, ... (step = that block size): only
+those ~1/min_share tokens are counted (two binary searches each), exactly, whatever N.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..kernels import kernel
+from .build import SEPARATOR, SuffixIndex
+
+DEFAULT_MAX_LEN = 64
+
+
+class Run(NamedTuple):
+    """The continuation: tokens[i] followed the match + tokens[:i] in counts[i] of its totals[i] occurrences."""
+
+    tokens: np.ndarray
+    counts: np.ndarray
+    totals: np.ndarray
+
+
+@kernel
+def bound(text, sa, lo, hi, off, c, upper):
+    """First row j in [lo, hi) whose token at offset `off` is >= c (> c if upper); rows sorted there."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        v = text[sa[mid] + off]
+        if v < c or (upper and v == c):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@kernel
+def find(text, sa, starts, ctx, s, e):
+    """SA rows [lo, hi) of the occurrences of ctx[s:e] (e > s, ids >= 0); lo == hi when it does not occur."""
+    t = ctx[s]
+    if t + 2 >= starts.shape[0]:
+        return np.int64(0), np.int64(0)
+    lo, hi = np.int64(starts[t + 1]), np.int64(starts[t + 2])
+    for j in range(1, e - s):
+        if lo >= hi:
+            break
+        c = ctx[s + j]
+        lo2 = bound(text, sa, lo, hi, j, c, False)
+        hi = bound(text, sa, lo2, hi, j, c, True)
+        lo = lo2
+    return lo, hi
+
+
+@kernel
+def longest_match_kernel(text, sa, starts, ctx, n_ctx, max_len):
+    """(length, lo, hi) of the longest occurring suffix of ctx[:n_ctx], at most max_len long."""
+    n = text.shape[0]
+    top = min(n_ctx, max_len)
+    good, glo, ghi = 0, np.int64(0), np.int64(n)
+    if n == 0 or top <= 0:
+        return good, glo, ghi
+    bad = top + 1
+    m = 1
+    while True:  # gallop: 1, 2, 4, ..., top
+        lo, hi = find(text, sa, starts, ctx, n_ctx - m, n_ctx)
+        if hi <= lo:
+            bad = m
+            break
+        good, glo, ghi = m, lo, hi
+        if m == top:
+            break
+        m = min(2 * m, top)
+    while bad - good > 1:
+        m = (good + bad) // 2
+        lo, hi = find(text, sa, starts, ctx, n_ctx - m, n_ctx)
+        if hi > lo:
+            good, glo, ghi = m, lo, hi
+        else:
+            bad = m
+    return good, glo, ghi
+
+
+@kernel
+def continuation_kernel(text, sa, m, lo, hi, max_tokens, min_share, tokens, counts, totals):
+    """Fill tokens/counts/totals with the agreed run after a match of length m at rows [lo, hi); its length."""
+    k = 0
+    while k < max_tokens and hi > lo:
+        total = hi - lo
+        need = min_share * total
+        step = max(np.int64(1), np.int64(math.ceil(need)))
+        best_t, best_c, best_lo = SEPARATOR, np.int64(0), lo
+        prev = SEPARATOR - 1
+        j = lo
+        while j < hi:
+            t = text[sa[j] + m]
+            if t != prev:
+                a = bound(text, sa, lo, hi, m, t, False)
+                b = bound(text, sa, a, hi, m, t, True)
+                if b - a > best_c:  # sampled in increasing id order: a tie keeps the smaller id
+                    best_t, best_c, best_lo = t, b - a, a
+                prev = t
+            j += step
+        if best_c == 0 or best_c < need or best_t == SEPARATOR:
+            break
+        tokens[k], counts[k], totals[k] = best_t, best_c, total
+        k += 1
+        lo, hi = best_lo, best_lo + best_c
+        m += 1
+    return k
+
+
+def _context(context: Sequence[int]) -> np.ndarray:
+    ctx = np.asarray(context, dtype=np.int64).reshape(-1)
+    if ctx.size and ctx.min() < 0:
+        raise InputError(f"a context holds token ids >= 0, got {int(ctx.min())}")
+    return ctx
+
+
+def longest_match(index: SuffixIndex, context: Sequence[int], max_len: int = DEFAULT_MAX_LEN) -> tuple[int, int, int]:
+    """(length, lo, hi): the longest suffix of `context` (at most max_len tokens) that occurs in the corpus,
+    and the SA rows [lo, hi) of its occurrences; (0, 0, n) when not even its last token occurs."""
+    if max_len < 1:
+        raise InputError(f"max_len must be at least 1, got {max_len}")
+    ctx = _context(context)
+    m, lo, hi = longest_match_kernel(index.text, index.sa, index.starts, ctx, len(ctx), int(max_len))
+    return int(m), int(lo), int(hi)
+
+
+def continuation(index: SuffixIndex, length: int, lo: int, hi: int, max_tokens: int = 16,
+                 min_share: float = 0.5) -> Run:
+    """The run of next tokens the occurrences (rows [lo, hi) of a match of `length` tokens) agree on: at each
+    step the most frequent next token (ties: the smaller id) while its share >= min_share, not at a document
+    end; with its count and the step's total as evidence."""
+    if not 0.0 < min_share <= 1.0:
+        raise InputError(f"min_share must be in (0, 1], got {min_share}")
+    if not 0 <= lo <= hi <= index.n or length < 0:
+        raise InputError(f"rows [{lo}, {hi}) of a match of length {length} are not a range of this index")
+    out = (np.empty(max_tokens, np.int32), np.empty(max_tokens, np.int64), np.empty(max_tokens, np.int64))
+    k = continuation_kernel(index.text, index.sa, int(length), int(lo), int(hi), int(max_tokens), float(min_share), *out)
+    return Run(*(a[:k].copy() for a in out))
