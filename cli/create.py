@@ -15,6 +15,7 @@ import typer
 
 from lookupkit.build import build_static
 from lookupkit.build.memory_budget import parse_memory_budget, parse_size
+from lookupkit.build.outputs import kept_if_complete
 from lookupkit.counts.orders import OrderParams, parse_orders
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile
 from lookupkit.errors import InputError
@@ -100,17 +101,20 @@ def create(
     only_ids = all(isinstance(s, TokenFile) for s in sources)
     tokenizer = None if model is None and only_ids else _tokenizer(model)  # ids alone: record no vocabulary
     show = not (quiet or as_json)
-    summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
-                           progress=(lambda bytes_mode: progress(True, bytes_mode)) if show else None,
-                           max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache,
-                           jobs=(os.cpu_count() or 1) if jobs is None else jobs, memory_budget=budget, temp_dir=temp_dir,
-                           ray=ray, orders=order_params)
-    if as_json:
-        print_json(summary)
-    elif not quiet:
-        typer.echo("\n".join(summary_lines(summary)))
-    if hasattr(tokenizer, "speed_line"):  # llama.cpp encoded the text: never silently
-        typer.echo(tokenizer.speed_line(), err=True)
+    with kept_if_complete(lcs) as done:  # a Ctrl-C after the rename: the file is complete, so a success
+        summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
+                               progress=(lambda bytes_mode: progress(True, bytes_mode)) if show else None,
+                               max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache,
+                               jobs=(os.cpu_count() or 1) if jobs is None else jobs, memory_budget=budget,
+                               temp_dir=temp_dir, ray=ray, orders=order_params)
+        if as_json:
+            print_json(summary)
+        elif not quiet:
+            typer.echo("\n".join(summary_lines(summary)))
+        if hasattr(tokenizer, "speed_line"):  # llama.cpp encoded the text: never silently
+            typer.echo(tokenizer.speed_line(), err=True)
+    if done.interrupted_after_write:
+        typer.echo(f"note: interrupted after {lcs} was completely written; the file is kept", err=True)
 
 
 def _order_params(text: str, min_total: int, min_share: float) -> OrderParams | None:

@@ -14,6 +14,7 @@ import typer
 
 from lookupkit.build.memory_budget import parse_memory_budget
 from lookupkit.build.merge import merge_caches, output_format
+from lookupkit.build.outputs import kept_if_complete
 from lookupkit.errors import InputError
 from lookupkit.cli.common import guarded, run
 
@@ -36,9 +37,12 @@ def merge(
         raise InputError("usage: lookup-merge A [B ...] OUT (at least one input and the output)")
     *inputs, out = paths
     fmt = output_format(out, format)
-    n_keys, n_pairs = merge_caches(inputs, out, fmt, memory_budget=parse_memory_budget(memory_budget),
-                                   temp_dir=temp_dir)
-    typer.echo(f"{out}: {n_keys} n-grams, {n_pairs} (token, count) pairs ({fmt})", err=True)
+    with kept_if_complete(out) as done:  # a Ctrl-C after the rename: the file is complete, so a success
+        n_keys, n_pairs = merge_caches(inputs, out, fmt, memory_budget=parse_memory_budget(memory_budget),
+                                       temp_dir=temp_dir)
+        typer.echo(f"{out}: {n_keys} n-grams, {n_pairs} (token, count) pairs ({fmt})", err=True)
+    if done.interrupted_after_write:
+        typer.echo(f"note: interrupted after {out} was completely written; the file is kept", err=True)
 
 
 def main() -> None:

@@ -290,6 +290,39 @@ def test_disk_full_leaves_nothing_at_the_target(tmp_path, monkeypatch):
     assert list(out_dir.iterdir()) == []
 
 
+@pytest.mark.parametrize("existing", [False, True])
+@pytest.mark.parametrize("after_rename", [True, False])
+def test_ctrl_c_after_the_rename_is_a_success_before_it_an_interrupt(tmp_path, monkeypatch, after_rename, existing):
+    """Ctrl-C lands exactly after (or instead of) the rename of the finished file over -lcs."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT * 20)
+    ref, out = tmp_path / "ref.lkc", tmp_path / "out" / "o.lkc"
+    out.parent.mkdir()
+    assert create("-f", corpus, "-lcs", ref, "-q", "--no-token-cache").exit_code == 0
+    if existing:
+        out.write_bytes(b"the previous file")
+    real = atomic.os.replace
+
+    def replace(src, dst):
+        if Path(dst) != out:
+            return real(src, dst)
+        if after_rename:
+            real(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    result = create("-f", corpus, "-lcs", out, "--no-token-cache")
+    leftovers = [p.name for p in out.parent.iterdir() if p != out]
+    assert leftovers == []  # no temp file either way
+    if after_rename:
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes() == ref.read_bytes()  # the complete file, kept
+        assert f"note: interrupted after {out} was completely written; the file is kept" in result.stderr
+    else:
+        assert result.exit_code == 130 and result.stderr.strip().endswith("error: interrupted"), result.output
+        assert out.read_bytes() == b"the previous file" if existing else not out.exists()
+
+
 def test_the_installed_command(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT)

@@ -104,3 +104,24 @@ def test_vocab_mismatch_before_any_work(tmp_path):
     b = cache(tmp_path / "b.lkc", [ids(9, 1000, 100)], vocab={**VOCAB, "fingerprint": "e" * 64})
     r = runner.invoke(merge_app, [str(a), str(b), str(tmp_path / "o.lkc")])
     assert r.exit_code == 2 and "e" * 64 in r.output and not (tmp_path / "o.lkc").exists()
+
+
+def test_ctrl_c_after_the_rename_keeps_the_merged_file(tmp_path, monkeypatch):
+    """lookup-merge, as lookup-create: a Ctrl-C landing right after OUT's rename is a success."""
+    from lookupkit import files
+
+    a = cache(tmp_path / "a.lkc", [ids(10, 5000, 100)])
+    b = cache(tmp_path / "b.lkc", [ids(11, 5000, 100)])
+    ref = old_merge([a, b], tmp_path / "ref.lkc", "lkc")
+    out = tmp_path / "o.lkc"
+    real = files.os.replace
+
+    def replace(src, dst):
+        real(src, dst)
+        if dst == out or str(dst) == str(out):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    r = runner.invoke(merge_app, [str(a), str(b), str(out)])
+    assert r.exit_code == 0 and "the file is kept" in r.stderr, r.output
+    assert out.read_bytes() == ref

@@ -23,6 +23,7 @@ import numpy as np
 
 from lookupkit._version import __version__
 from lookupkit.build.memory_budget import check_write, children_peak_rss, disk_errors, plan_memory, work_dir
+from lookupkit.build.outputs import check_output
 from lookupkit.build.parallel import (Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup,
                                       tokenize_count)
 from lookupkit.build.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
@@ -65,7 +66,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
 
     t_start = time.perf_counter()
     out_path = Path(out_path)
-    _check_output(out_path)
+    check_output(out_path)
     fmt = format_for_path(out_path, format)
     if not sources:
         raise InputError("no corpus given: pass a text file, a dataset, token ids or the default corpus")
@@ -218,17 +219,6 @@ def _joints(bounds: Boundaries, spec: CounterSpec) -> list:
     return counter.finish()
 
 
-def _check_output(path: Path) -> None:
-    """Fail before the long work if the output cannot be written (atomic_writer re-checks at the end)."""
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"cannot write {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {path}: permission denied")
-
-
 def _tokenize(sources, tokenizer, store, text_budget, progress) -> tuple[list[DocTokens], list[str]]:
     docs, skipped = [], []
     sizes = [s.size for s in sources if s.kind != "tokens"]
@@ -310,7 +300,7 @@ def export_tokens(sources: Sequence, tokenizer, out_path: str | os.PathLike, pro
 
     t_start = time.perf_counter()
     out_path = Path(out_path)
-    _check_output(out_path)
+    check_output(out_path)
     if not sources:
         raise InputError("no corpus given: pass a text file, a dataset or the default corpus")
     for source in sources:
