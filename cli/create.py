@@ -16,9 +16,10 @@ import typer
 from lookupkit.build import build_static
 from lookupkit.build.memory_budget import parse_memory_budget, parse_size
 from lookupkit.build.outputs import kept_if_complete
-from lookupkit.counts.orders import OrderParams, parse_orders
+from lookupkit.counts.high_orders import parse_orders
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile
 from lookupkit.errors import InputError
+from lookupkit.formats.lkc_orders import OrderParams
 from lookupkit.cli.common import guarded, print_json, progress, run
 
 EXAMPLES = """Examples:

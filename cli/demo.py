@@ -18,7 +18,7 @@ import typer
 
 from lookupkit import _version
 from lookupkit.build import build_static
-from lookupkit.counts.orders import OrderParams
+from lookupkit.formats.lkc_orders import OrderParams
 from lookupkit.draft.confidence import load as load_tables
 from lookupkit.draft.policy import make_policy
 from lookupkit.errors import LookupkitError

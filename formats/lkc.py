@@ -24,9 +24,9 @@ from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError, InputError, LookupkitWarning
 from lookupkit.files import map_file, unmap
-from lookupkit.formats import orders, vmap
+from lookupkit.formats import lkc_orders, vmap
 from lookupkit.formats.mapped import Mapped
-from lookupkit.formats.orders import HighOrders
+from lookupkit.formats.lkc_orders import HighOrders
 
 MAGIC = b"LKCACHE\x00"
 VERSION = 2  # the newest this code reads and writes; a file without higher orders is still written as 1
@@ -88,7 +88,7 @@ def place_sections(header: dict) -> tuple[bytes, int]:
 
 def _spec(section: str) -> tuple[str, int] | None:
     """(dtype, dimensions) of a section, or None for one this reader does not know."""
-    return SECTIONS.get(section) or (("|u1", 1) if orders.SECTION.match(section) else None)
+    return SECTIONS.get(section) or (("|u1", 1) if lkc_orders.SECTION.match(section) else None)
 
 
 def _dense_index_bytes(keys: np.ndarray) -> int:
@@ -344,7 +344,7 @@ def open_file(path: Path, name: str | None = None) -> Mapped:
     mm = map_file(path, "cache file")
     try:
         header, views, cmap = parse(mm, name or str(path))
-        high = orders.parse(mm, header, name or str(path)) if header.get("format_version") == 2 else {}
+        high = lkc_orders.parse(mm, header, name or str(path)) if header.get("format_version") == 2 else {}
     except BaseException:
         unmap(mm)
         raise
@@ -368,7 +368,7 @@ def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memor
         blobs = list(high.sections().items())
         words = np.concatenate([b for _, b in blobs]) if blobs else np.zeros(8, np.uint8)
         at = np.cumsum([0] + [len(b) for _, b in blobs])  # VMAP0001 maps are whole words long
-        maps = {int(orders.SECTION.match(sec).group(1)): vmap.parse_in(words, int(a), len(b), "in-memory cache")
+        maps = {int(lkc_orders.SECTION.match(sec).group(1)): vmap.parse_in(words, int(a), len(b), "in-memory cache")
                 for (sec, b), a in zip(blobs, at)}
         return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders=maps, orders_buf=words)
     return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders={})

@@ -77,7 +77,7 @@ def to_table(parts) -> StaticTable:
 def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = None, keys: bool = True,
                 orders=None) -> str:
     """Write the table in `parts` (ordered, disjoint key ranges) to `path` atomically in format `fmt`;
-    `orders` (formats.orders.HighOrders, lkc only) adds the higher-order sections."""
+    `orders` (formats.lkc_orders.HighOrders, lkc only) adds the higher-order sections."""
     if orders is not None and fmt != "lkc":
         raise InputError(f"higher orders (--orders) are stored in .lkc files only, not {fmt}")
     if fmt not in STREAMED:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lookupkit import Drafter, StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
-from lookupkit.counts.orders import OrderParams, count_order, ngram_hash, parse_orders, unpack_value
+from lookupkit.counts.high_orders import count_order, ngram_hash, parse_orders
 from lookupkit.draft import confidence
 from lookupkit.draft.policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_STATIC, TOTAL_BINS, make_policy,
                                     source_code)
@@ -22,7 +22,7 @@ from lookupkit.draft.policy_reference import draft_policy_reference
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import lkc
-from lookupkit.formats.orders import HighOrders
+from lookupkit.formats.lkc_orders import HighOrders, OrderParams, unpack_value
 from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, context_code, dynamic_code, static_code
 

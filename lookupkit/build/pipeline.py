@@ -29,13 +29,13 @@ from lookupkit.build.parallel import (Boundaries, CountedDoc, CounterSpec, Worke
 from lookupkit.build.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
 from lookupkit.corpora.stream import TextBudget
 from lookupkit.counts.bigrams import CHUNK_TOKENS
-from lookupkit.counts.orders import OrderParams, count_order, follower_bits
+from lookupkit.counts.high_orders import count_order, follower_bits
 from lookupkit.counts.runs import key_ranges
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import format_for_path
 from lookupkit.formats.lkc_stream import write_parts
-from lookupkit.formats.orders import HighOrders
+from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.memory import peak_rss_bytes
 from lookupkit.rules import COUNT_MAX, ID_MAX
 from lookupkit.tokenizer.store import TokenStore

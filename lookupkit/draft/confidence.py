@@ -29,7 +29,7 @@ from ..files import atomic_writer, open_input
 from ..kernels import kernel
 from ..rules import SOURCE_NAMES
 from .static_source import grow_memo, new_memo, static_arrays
-from ..static.high import no_high
+from ..static.high_orders import no_high
 from .policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, TOTAL_BINS, candidates, choose, make_policy,
                      source_code)
 

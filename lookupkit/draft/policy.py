@@ -32,10 +32,10 @@ from ..counts.flat import BEST, MAXC, TOTAL, find_hashed, hash_key
 from ..errors import InputError
 from ..kernels import kernel, ngram_before, token_at
 from ..counts.match_index import longest_match, new_index
-from ..counts.orders import hash_final, hash_start, hash_step
+from ..counts.high_orders import hash_final, hash_start, hash_step
 from ..formats.vmap import NOT_FOUND, lookup_in
 from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC
-from ..static.high import High, no_high
+from ..static.high_orders import High, no_high
 from .static_source import head_part, static_top
 
 # Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,

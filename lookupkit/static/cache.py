@@ -26,7 +26,7 @@ from ..files import unmap
 from ..formats import lkc, vmap
 from ..formats.llama import read_static
 from .keyrecovery import recover_layout
-from .high import high_of, no_high
+from .high_orders import high_of, no_high
 from .lookup import count_in, counts_many, span_of, spans_many
 
 _I32 = np.iinfo(np.int32)
@@ -113,7 +113,7 @@ class StaticCache:
     @classmethod
     def from_table(cls, table: StaticTable, meta: dict | None = None, high=None) -> "StaticCache":
         """An in-memory cache (the maps are built here, O(n)): for tests and the legacy format. `high`: a
-        formats.orders.HighOrders of higher orders to hold too."""
+        formats.lkc_orders.HighOrders of higher orders to hold too."""
         return cls(formats.in_memory(table, meta, high=high))
 
     def check_vocab(self, expect) -> None:

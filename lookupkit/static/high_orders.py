@@ -14,7 +14,7 @@ import numpy as np
 High = namedtuple("High", "words params fbits")
 High.__doc__ = """words: a uint64 array holding every order's VMAP0001 data and checks; params (n_orders, 6)
 uint64 rows order, seed, segment_length, segment_count_length, data offset, checks offset (in words);
-fbits: the follower bits of their keys (counts.orders). No higher orders: zero rows."""
+fbits: the follower bits of their keys (counts.high_orders). No higher orders: zero rows."""
 
 
 def no_high() -> High:

@@ -17,37 +17,17 @@ ids (hashing is cheap; only one range's entries are held and sorted at a time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from numba import njit
 
 from ..errors import InputError
-from ..rules import MAX_STATIC_ORDER as MAX_ORDER
+from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT, OrderParams
 from ..kernels import GOLDEN, kernel
+from ..rules import MAX_STATIC_ORDER as MAX_ORDER
 
-VALUE_TOKEN_BITS = 32  # value = token << 32 | total16 << 16 | share16
-SHARE_ONE = 0xFFFF
-TOTAL_MAX = 0xFFFF
 PART_ENTRIES = 1 << 27  # entries sorted at once: 128 Mi x 8 B = 1 GiB, and as much again to sort into
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
-
-
-@dataclass(frozen=True)
-class OrderParams:
-    """What decides which n-grams of order >= 3 a file keeps, recorded in its header."""
-
-    orders: tuple[int, ...]  # e.g. (3, 4, 5, 6)
-    min_total: int = 2
-    min_share: float = 0.3
-    follower_bits: int = 18  # ids < 2^follower_bits; the key keeps 64 - follower_bits hash bits (the build
-    # sets it from the vocabulary)
-
-    def to_meta(self) -> dict:
-        return {"orders": list(self.orders), "min_total": self.min_total, "min_share": self.min_share,
-                "key_bits": 64 - self.follower_bits, "hash": "lookupkit-ngram-hash-1",
-                "value": "token << 32 | min(total, 65535) << 16 | floor(65535 * count / total)"}
 
 
 def parse_orders(text: str) -> tuple[int, ...]:
@@ -156,8 +136,9 @@ def _reduce(sorted_keys, fbits, min_total, min_share_q16, keys_out, values_out):
         if total >= min_total and best * SHARE_ONE >= min_share_q16 * total:
             share = (best * SHARE_ONE) // total
             keys_out[n_out] = key
-            values_out[n_out] = ((np.uint64(best_tok) << np.uint64(VALUE_TOKEN_BITS))
-                                 | (np.uint64(min(total, TOTAL_MAX)) << np.uint64(16)) | np.uint64(share))
+            values_out[n_out] = ((np.uint64(best_tok) << np.uint64(VALUE_TOKEN_SHIFT))
+                                 | (np.uint64(min(total, TOTAL_MAX)) << np.uint64(VALUE_TOTAL_SHIFT))
+                                 | np.uint64(share))
             n_out += 1
         i = j
     return n_out
@@ -199,8 +180,3 @@ def count_order(documents: list[list[np.ndarray]], n: int, params: OrderParams,
         del chunk, keys, values
     return np.concatenate(out_k), np.concatenate(out_v)
 
-
-def unpack_value(v: int) -> tuple[int, int, float]:
-    """(top follower, total (saturated at 65535), share) of a stored value."""
-    v = int(v)
-    return v >> VALUE_TOKEN_BITS, (v >> 16) & TOTAL_MAX, (v & SHARE_ONE) / SHARE_ONE
