@@ -30,7 +30,7 @@ MAX_TEXT = (2**31 - 1) // 3  # libdivsufsort's int32 SA of 3n bytes; beyond: the
 @dataclass(frozen=True)
 class SuffixIndex:
     """text: int32 ids with SEPARATOR after each document; sa: the suffix array (int32 below 2^31 positions);
-    starts: int64, len = max id + 3: SA rows of first token t are [starts[t + 1], starts[t + 2])."""
+    starts: len = max id + 3, the SA's dtype: SA rows of first token t are [starts[t + 1], starts[t + 2])."""
 
     text: np.ndarray
     sa: np.ndarray
@@ -172,13 +172,18 @@ def first_token_starts(text: np.ndarray) -> np.ndarray:
     """starts[t + 1] = number of suffixes whose first token is below t (t = -1 .. max id + 1)."""
     text = np.asarray(text, np.int32)
     if len(text) == 0:
-        return np.zeros(2, np.int64)
+        return np.zeros(2, np.int32)
     counts = np.bincount(text + 1, minlength=int(text.max()) + 2)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(sa_dtype(len(text)))
+
+
+def sa_dtype(n: int) -> type:
+    """int32 below 2^31 positions (4 bytes per token), else int64."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def build_index(text: np.ndarray, builder=divsufsort_sa) -> SuffixIndex:
     """The suffix index of a corpus_text (the suffix array copied out of the builder's larger buffer)."""
     text = _check_text(text)
-    sa = np.array(builder(text), np.int32)
+    sa = np.array(builder(text), sa_dtype(len(text)))
     return SuffixIndex(text=text, sa=sa, starts=first_token_starts(text))

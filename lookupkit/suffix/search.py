@@ -3,9 +3,11 @@ tokens its occurrences agree on, with each step's evidence (compiled; the readab
 reference.py, and tests hold the two equal).
 
 longest_match: the occurrence of a pattern is monotone in its length (a suffix of an occurring suffix
-occurs), so the longest occurring suffix of the last max_len tokens is found by galloping (1, 2, 4, ...)
-then bisecting on the length; each probe narrows the SA range one token at a time from the first-token
-table (a binary search for the lower and the upper end per token).
+occurs), so the longest occurring suffix of the last max_len tokens is found by probing the whole window
+first (where text is being rewritten it occurs: one probe), then galloping (1, 2, 4, ...) and bisecting on
+the length; each probe narrows the SA range one token at a time from the first-token table (a binary
+search for the lower and the upper end per token), and a probe that fails stops where its pattern stops
+occurring, which on prose is after a few tokens.
 
 continuation: the rows of a range are sorted by the token after the match, so each next token's
 occurrences are one block. A token with share >= min_share of the N rows fills a block of at least
@@ -73,17 +75,18 @@ def longest_match_kernel(text, sa, starts, ctx, n_ctx, max_len):
     good, glo, ghi = 0, np.int64(0), np.int64(n)
     if n == 0 or top <= 0:
         return good, glo, ghi
-    bad = top + 1
+    lo, hi = find(text, sa, starts, ctx, n_ctx - top, n_ctx)
+    if hi > lo:  # the whole window occurs (code being rewritten): one probe
+        return top, lo, hi
+    bad = top
     m = 1
-    while True:  # gallop: 1, 2, 4, ..., top
+    while m < top:  # gallop: 1, 2, 4, ... below top
         lo, hi = find(text, sa, starts, ctx, n_ctx - m, n_ctx)
         if hi <= lo:
             bad = m
             break
         good, glo, ghi = m, lo, hi
-        if m == top:
-            break
-        m = min(2 * m, top)
+        m *= 2
     while bad - good > 1:
         m = (good + bad) // 2
         lo, hi = find(text, sa, starts, ctx, n_ctx - m, n_ctx)
