@@ -104,7 +104,7 @@ def create(
     show = not (quiet or as_json)
     with kept_if_complete(lcs) as done:  # a Ctrl-C after the rename: the file is complete, so a success
         summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
-                               progress=(lambda bytes_mode: progress(True, bytes_mode)) if show else None,
+                               progress=(lambda bytes_mode: progress(True)) if show else None,  # the build's rate column
                                max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache,
                                jobs=(os.cpu_count() or 1) if jobs is None else jobs, memory_budget=budget,
                                temp_dir=temp_dir, ray=ray, orders=order_params)

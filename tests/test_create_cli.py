@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from lookupkit import StaticCache, Tokenizer
 from lookupkit import files as atomic
 from lookupkit.cli.create import app
+from lookupkit.corpora import TextFile
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.tables import StaticTable
 from lookupkit.formats import llama
@@ -174,6 +175,111 @@ def test_remote_dataset_offline(tmp_path, offline_env):
                              tmp_path / "o.lkc"], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: dataset wikitext:wikitext-103-raw-v1:train cannot be downloaded (offline?)")
+
+
+# -- progress: what the bars are fed -------------------------------------------------------------
+class Bars:
+    """A progress factory recording every bar's total and updates, and how many bytes the tokenizer had
+    encoded when each advance came."""
+
+    def __init__(self, encoded):
+        self.bars, self.encoded = [], encoded
+
+    def __call__(self, bytes_mode):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, label, total=None, **fields):
+        self.bars.append({"label": label, "total": total, "advances": [], "end": None})
+        return len(self.bars) - 1
+
+    def update(self, task, advance=None, total=None, completed=None, **fields):
+        bar = self.bars[task]
+        if advance is not None:
+            bar["advances"].append((advance, self.encoded[0]))
+        if completed is not None:
+            bar["end"] = (total, completed, sum(a for a, _ in bar["advances"]))
+
+
+@pytest.fixture
+def counted_encoding(monkeypatch, gpt2):
+    """Bytes of text the tokenizer has encoded so far (in this process); small blocks, segments and pieces."""
+    from lookupkit.build import parallel, tokenized
+    from lookupkit.corpora import sources
+
+    encoded = [0]
+    real = type(gpt2).encode_segment
+
+    def encode_segment(self, text, *args, **kwargs):
+        encoded[0] += len(text.encode("utf-8"))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(gpt2), "encode_segment", encode_segment)
+    monkeypatch.setattr(sources, "BLOCK", 4096)
+    monkeypatch.setattr(tokenized, "SEGMENT_BYTES", 2000)
+    monkeypatch.setattr(parallel, "PIECE_BYTES", 3000)
+    return encoded
+
+
+def assert_fed_bytes_done(bar, n_bytes):
+    """Every advance counts bytes already tokenized (+1: the trailing newline the document rule strips),
+    they add up to the document, and the end does not jump."""
+    assert len(bar["advances"]) > 5
+    seen = 0
+    for n, encoded in bar["advances"]:
+        seen += n
+        assert seen <= encoded + 1, (seen, encoded)
+    assert seen == n_bytes and bar["end"] == (n_bytes, n_bytes, n_bytes)
+
+
+def test_tokenize_bar_is_fed_bytes_tokenized_not_bytes_read(tmp_path, gpt2, counted_encoding):
+    from lookupkit.build.pipeline import build_static
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT * 400)
+    bars = Bars(counted_encoding)
+    s = build_static([TextFile(corpus)], gpt2, tmp_path / "o.lkc", progress=bars, token_cache=False, jobs=1)
+    (tok_bar,) = [b for b in bars.bars if b["label"] == "tokenize"]
+    assert tok_bar["total"] == corpus.stat().st_size
+    assert_fed_bytes_done(tok_bar, s["n_bytes"])
+
+
+def test_parallel_pieces_advance_when_their_ids_come_back(tmp_path, gpt2, counted_encoding):
+    """-j N: the driver reads pieces ahead of the workers; the bar hears of a piece when its ids are back
+    (workers inline here, so the encoded bytes are visible to the test)."""
+    from lookupkit.build.parallel import Boundaries, CounterSpec, Workers, tokenize_count
+    from lookupkit.corpora.stream import TextBudget
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT * 400)
+    spec = CounterSpec(gpt2.n_vocab, "gpt2", None, str(tmp_path), 64 << 20, 1 << 16)
+    bars = Bars(counted_encoding)
+    bar = bars.add_task("tokenize+count")
+    workers = Workers(1, gpt2, spec)
+    doc = tokenize_count(TextFile(corpus), TextBudget(None), gpt2, workers, Boundaries(), None,
+                         lambda n: bars.update(bar, advance=n))
+    bars.update(bar, total=doc.n_bytes, completed=doc.n_bytes)
+    assert_fed_bytes_done(bars.bars[bar], doc.n_bytes)
+
+
+def test_parallel_build_bar_total_is_the_text_under_max_bytes(tmp_path, gpt2, counted_encoding):
+    """-j 2 with --max-bytes: the bar's total is the text to tokenize, not the file; its end no jump."""
+    from lookupkit.build.pipeline import build_static
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT * 400)
+    limit = corpus.stat().st_size // 2
+    bars = Bars(counted_encoding)
+    s = build_static([TextFile(corpus)], gpt2, tmp_path / "o.lkc", progress=bars, token_cache=False, jobs=2,
+                     max_bytes=limit)
+    (bar,) = [b for b in bars.bars if b["label"] == "tokenize+count"]
+    assert bar["total"] == limit and s["n_bytes"] <= limit
+    assert sum(n for n, _ in bar["advances"]) == s["n_bytes"] and bar["end"] == (s["n_bytes"],) * 3
 
 
 # -- bad input ----------------------------------------------------------------------------------

@@ -251,26 +251,28 @@ class Boundaries:
 def tokenize_count(source, text_budget, tokenizer, workers: Workers, bounds: Boundaries, writer, on_bytes,
                    piece_bytes: int | None = None) -> CountedDoc:
     """Tokenize and count one text source in `workers`; `writer` (a token store EntryWriter or None)
-    receives the ids in order."""
+    receives the ids in order. `on_bytes(n)` hears of a piece's bytes when its ids come back, not when it is
+    read (the driver reads up to MAX_IN_FLIGHT pieces per worker ahead of the tokenizers)."""
     consumed = Consumed(source.blocks(), text_budget)
     sha, buf, start, first = hashlib.sha256(), bytearray(), 0, True
-    cuts: dict[int, tuple[int, str]] = {}  # piece -> (end byte, sha256 of the bytes before it)
+    cuts: dict[int, tuple[int, int, str]] = {}  # piece -> (its bytes, end byte, sha256 of the bytes before it)
     totals = {"tokens": 0, "replaced": 0}
     bounds.start_document()
 
     def on_piece(idx, n, replaced, ids):
         totals["tokens"] += n
         totals["replaced"] += replaced
+        size, end, digest = cuts.pop(idx)
+        on_bytes(size)
         if writer is not None:
             writer.add(ids)
-            end, digest = cuts.pop(idx)
             if digest is not None:
                 writer.checkpoint(Checkpoint(end, writer.n_tokens, digest, totals["replaced"]))
 
-    def send(data, last, end):
+    def send(data, last, end, size):
         nonlocal first
         idx, bounds.issued = bounds.issued, bounds.issued + 1
-        cuts[idx] = (end, None if last else sha.hexdigest())
+        cuts[idx] = (size, end, None if last else sha.hexdigest())
         first, was_first = False, first
         for r in workers.submit(("text", idx, bytes(data), was_first, last, writer is not None)):
             bounds.add(r, on_piece)
@@ -278,7 +280,6 @@ def tokenize_count(source, text_budget, tokenizer, workers: Workers, bounds: Bou
     piece_bytes = piece_bytes or PIECE_BYTES
     scan = piece_bytes
     for block in consumed:
-        on_bytes(len(block))
         buf += block
         while len(buf) >= scan + 2:
             c = next_cut(buf, scan)
@@ -287,7 +288,7 @@ def tokenize_count(source, text_budget, tokenizer, workers: Workers, bounds: Bou
                 break
             sha.update(memoryview(buf)[:c])
             start += c
-            send(buf[:c], False, start)
+            send(buf[:c], False, start, c)
             del buf[:c]
             scan = piece_bytes
     sha.update(buf)
@@ -295,7 +296,7 @@ def tokenize_count(source, text_budget, tokenizer, workers: Workers, bounds: Bou
     doc = CountedDoc(source.describe(), n_bytes=end, sha256=sha.hexdigest())
     if end:
         strip = 1 if buf.endswith(b"\n") else 0
-        send(buf[:len(buf) - strip], True, end)
+        send(buf[:len(buf) - strip], True, end, len(buf))
     for r in workers.wait_all():
         bounds.add(r, on_piece)
     doc.cut, doc.replaced_bytes, doc.counted_tokens = consumed.cut, totals["replaced"], totals["tokens"]

@@ -191,7 +191,7 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
 
 
 def _parallel_doc(source, text_budget, tokenizer, store, lookup, token_cache, workers, bounds, progress):
-    size = source.size
+    size = _text_total([source], text_budget)
     with _bar(progress, True, "tokenize+count", size) as advance:
         if not token_cache:
             return tokenize_count(source, text_budget, tokenizer, workers, bounds, None, advance)
@@ -221,8 +221,7 @@ def _joints(bounds: Boundaries, spec: CounterSpec) -> list:
 
 def _tokenize(sources, tokenizer, store, text_budget, progress) -> tuple[list[DocTokens], list[str]]:
     docs, skipped = [], []
-    sizes = [s.size for s in sources if s.kind != "tokens"]
-    total = None if None in sizes else min(sum(sizes), text_budget.left if text_budget.left is not None else sum(sizes))
+    total = _text_total(sources, text_budget)
     has_text = any(s.kind != "tokens" for s in sources)
     with _bar(progress if has_text else None, True, "tokenize", total) as advance:
         for source in sources:
@@ -237,6 +236,14 @@ def _tokenize(sources, tokenizer, store, text_budget, progress) -> tuple[list[Do
                 else:  # --max-bytes ended before this source's first line end
                     skipped.append(source.describe())
     return docs, skipped
+
+
+def _text_total(sources, text_budget) -> int | None:
+    """Bytes of text the sources will give under --max-bytes (None if a size is unknown): a bar's total."""
+    sizes = [s.size for s in sources if s.kind != "tokens"]
+    if None in sizes:
+        return None
+    return sum(sizes) if text_budget.left is None else min(sum(sizes), max(text_budget.left, 0))
 
 
 def _advancing(arrays, advance):
@@ -272,10 +279,15 @@ def _timed(phases: dict, peaks: dict, name: str):
 
 @contextlib.contextmanager
 def _bar(progress: ProgressFactory | None, bytes_mode: bool, label: str, total: int | None):
-    """A progress bar for one phase; yields advance(n). Items/s is shown for token phases."""
+    """A progress bar for one phase; yields advance(n), to be called with work done (bytes tokenized, tokens
+    counted), never with work read. The `rate` field is that work per wall second since the phase began
+    (MB/s of text, M tok/s): pieces come back from the workers in bursts, and an estimate over a short
+    window of bursts (rich's TransferSpeedColumn) showed 20x the real rate. At the end the total becomes
+    what was done (a --max-bytes line cut, an unknown size): completed never jumps."""
     if progress is None:
         yield lambda n: None
         return
+    unit = "MB/s" if bytes_mode else "M tok/s"
     with progress(bytes_mode) as bar:
         task = bar.add_task(label, total=total, rate="")
         t0, done = time.perf_counter(), [0]
@@ -283,10 +295,10 @@ def _bar(progress: ProgressFactory | None, bytes_mode: bool, label: str, total: 
         def advance(n: int) -> None:
             done[0] += n
             rate = done[0] / max(time.perf_counter() - t0, 1e-9)
-            bar.update(task, advance=n, rate=f"{rate / 1e6:.1f} M tok/s")
+            bar.update(task, advance=n, rate=f"{rate / 1e6:.1f} {unit}")
 
         yield advance
-        end = max(done[0], 1) if total is None else total
+        end = max(done[0], 1)
         bar.update(task, total=end, completed=end)
 
 

@@ -112,7 +112,10 @@ def token_doc(source) -> DocTokens:
 
 def tokenize_source(source, text_budget: TextBudget, tokenizer, store: TokenStore | None,
                     on_bytes: Callable[[int], None] | None = None) -> DocTokens:
-    """Tokenize (or reuse) one text source as consumed under `text_budget`; store=None: in memory only."""
+    """Tokenize (or reuse) one text source as consumed under `text_budget`; store=None: in memory only.
+
+    `on_bytes(n)` is told of bytes once they are done (tokenized, or reused from the store), never when
+    they are read: a progress bar fed by it shows the tokenizer's rate, not the reader's."""
     return _Tokenization(source, text_budget, tokenizer, store, on_bytes or (lambda n: None)).run()
 
 
@@ -138,6 +141,7 @@ class _Tokenization:
         self.decoder: Utf8Decoder | None = None
         self.first = True
         self.scan_from = 0
+        self.reported = 0                           # bytes told to on_bytes so far
 
     def run(self) -> DocTokens:
         consumed = Consumed(self.source.blocks(), self.text_budget)
@@ -159,6 +163,7 @@ class _Tokenization:
             for block in blocks:
                 self._feed(block)
             doc = self._finish()
+            self._report(doc.n_bytes)
         except BaseException:
             if self.writer is not None:
                 self.writer.__exit__(*sys.exc_info())
@@ -168,7 +173,6 @@ class _Tokenization:
 
     # -- streaming -------------------------------------------------------------------------
     def _feed(self, block: bytes) -> None:
-        self.on_bytes(len(block))
         self.buf += block
         if not self.tokenizing:
             self._follow_entry()
@@ -186,6 +190,7 @@ class _Tokenization:
                 return self._start_tokenizing(store=True)  # the bytes differ from the stored corpus
             del self.buf[:cp.byte - self.buf_start]
             self.buf_start, self.anchor = cp.byte, cp
+            self._report(cp.byte)
         if end > self.entry.n_bytes:
             self._start_tokenizing(store=True)  # longer than the stored corpus: store the longer one
 
@@ -212,6 +217,7 @@ class _Tokenization:
             self._hash_to(pos)
             del self.buf[:cut]
             self.buf_start, self.scan_from = pos, 0
+            self._report(pos)
             if hashable and self.writer is not None:
                 self.writer.checkpoint(Checkpoint(pos, self.writer.n_tokens, self.sha.copy().hexdigest(),
                                                   self.anchor.replaced + self.decoder.replaced_bytes))
@@ -236,6 +242,12 @@ class _Tokenization:
             self.writer.add(ids)
         else:
             self.fresh.append(ids)
+
+    def _report(self, pos: int) -> None:
+        """The bytes before `pos` are done: tell on_bytes of those it has not heard of."""
+        if pos > self.reported:
+            self.on_bytes(pos - self.reported)
+            self.reported = pos
 
     def _hash_to(self, pos: int) -> None:
         if pos > self.hashed:
