@@ -36,7 +36,7 @@ def phrase_stream(seed: int, vocab: int = 300, n: int = 3000) -> np.ndarray:
 
 
 def reference_orders(docs: list[np.ndarray], n: int, params: OrderParams) -> dict:
-    """{n-gram tuple: (top follower, total, share q16)} as counts.orders keeps them, by plain counting."""
+    """{n-gram tuple: (top follower, total, share q16)} as counts.high_orders keeps them, by plain counting."""
     followers = defaultdict(Counter)
     for d in docs:
         for i in range(n, len(d)):

@@ -4,7 +4,7 @@ llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on 
 4-gram drafts 63 % of all tokens at 6.1 % acceptance, and a badly drafted token costs a verified
 position. Here every source proposes its candidate for the next token — the context and dynamic caches
 for n = 1..4 (top follower, share, total), the static 2-gram and the static cache's higher orders
-(counts.orders) — and a confidence table (draft.confidence, learnt on held-out data) turns each
+(counts.high_orders) — and a confidence table (draft.confidence, learnt on held-out data) turns each
 candidate's evidence (source and order, share bin, total bin) into P(accepted). The most probable
 candidate is drafted, token after token, into a chain, and the call drafts the prefix of that chain whose
 expected yield per unit of verify cost is largest:
@@ -33,7 +33,9 @@ from ..errors import InputError
 from ..kernels import kernel, ngram_before, token_at
 from ..counts.match_index import longest_match, new_index
 from ..counts.high_orders import hash_final, hash_start, hash_step
-from ..formats.vmap import NOT_FOUND, lookup_in
+from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT
+from ..formats.constmap import NOT_FOUND
+from ..formats.constmap_probe import lookup_in
 from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC
 from ..static.high_orders import High, no_high
 from .static_source import head_part, static_top
@@ -143,10 +145,10 @@ def _high(high, seq, n_seq, drafted, d0, length, out):
         if v == NOT_FOUND:
             return
         src = SRC_STATIC + n - 2
-        out[src, 0] = np.int64(v >> np.uint64(32))
-        total = np.int64((v >> np.uint64(16)) & np.uint64(0xFFFF))
-        share = np.int64(v & np.uint64(0xFFFF))
-        out[src, 1] = min(SHARE_BINS - 1, (share * SHARE_BINS) // 0xFFFF)
+        out[src, 0] = np.int64(v >> np.uint64(VALUE_TOKEN_SHIFT))
+        total = np.int64((v >> np.uint64(VALUE_TOTAL_SHIFT)) & np.uint64(TOTAL_MAX))
+        share = np.int64(v & np.uint64(SHARE_ONE))
+        out[src, 1] = min(SHARE_BINS - 1, (share * SHARE_BINS) // SHARE_ONE)
         out[src, 2] = total_bin(total)
 
 

@@ -2,7 +2,8 @@
 
 Caches are the readable ones (counts.dict_cache.NgramCache for context and dynamic, anything with
 `.find(t0, t1)` for the static 2-grams) and the higher orders a dict {n: {n-gram tuple: (top follower,
-total, share)}} as counts.orders keeps them (total saturated at 65535, share in 1/65535 units).
+total, share)}} as counts.high_orders keeps them (total saturated at TOTAL_MAX, share in 1/SHARE_ONE units:
+formats.lkc_orders).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..formats.lkc_orders import SHARE_ONE
 from ..rules import NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
 from .policy import AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_MATCH, SRC_STATIC, TOTAL_BINS
@@ -47,7 +49,7 @@ def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = 
         if len(s) < n or tuple(s[len(s) - n:]) not in kept:
             break
         tok, total, share = kept[tuple(s[len(s) - n:])]
-        out[SRC_STATIC + n - 2] = (tok, min(SHARE_BINS - 1, share * SHARE_BINS // 0xFFFF), _bins(1, total)[1])
+        out[SRC_STATIC + n - 2] = (tok, min(SHARE_BINS - 1, share * SHARE_BINS // SHARE_ONE), _bins(1, total)[1])
     for m in MATCH_LENGTHS.tolist():  # longest first; matches end in the real sequence, followed by a real token
         hit = next((e for e in range(n_real - 2, m - 2, -1) if len(s) >= m and s[e - m + 1:e + 1] == s[len(s) - m:]), None)
         if hit is not None:
