@@ -13,7 +13,6 @@ import typer
 from lookupkit import formats
 from lookupkit.errors import InputError
 from lookupkit.static import StaticCache
-from lookupkit.tokenizer import Tokenizer
 from lookupkit.cli.common import guarded, print_json
 
 PATH = typer.Argument(..., help="cache file: .lkc, .lkc.zst, .ggngcmap or llama.cpp legacy (.lcs)")
@@ -100,7 +99,11 @@ def convert(src: Path = typer.Argument(..., help="input cache file (any format)"
         raise InputError(f"--no-keys applies to lkc output only ({fmt} files never or always store keys)")
     if model is not None and fmt not in ("lkc", "lkc.zst"):
         raise InputError(f"-m applies to lkc output only ({fmt} files cannot record a vocabulary)")
-    tok = Tokenizer.from_file(model) if model is not None else None
+    tok = None
+    if model is not None:
+        from lookupkit.tokenizer import Tokenizer  # (only here: the encoder loads kernels, converting needs none)
+
+        tok = Tokenizer.from_file(model)
     with StaticCache.open(src) as cache:
         if tok is not None and cache.vocab_fingerprint is not None:
             cache.check_vocab(tok)  # replacing a recorded vocabulary by another would mislabel the cache

@@ -287,7 +287,12 @@ def test_bench_models_writes_an_f16_model_without_shared_that_generates(tmp_path
 def test_open_model_sets_llama_servers_defaults_and_drafting_stays_plain(tiny_gguf, static_path, prompt):
     from lookupkit.integrations.llama_cpp import open_model
 
+    from lookupkit import warmup
+    from lookupkit.integrations.llama_generate import model_vocab
+
     m = open_model(tiny_gguf, n_ctx=1024, threads=1)
+    assert warmup.kernels().done() or warmup.kernels().wait() is None  # open_model started the kernels' warm-up
+    assert model_vocab(tiny_gguf) is model_vocab(tiny_gguf)  # read once, meanwhile
     assert m.context_params.swa_full is False and m.context_params.n_threads == m.context_params.n_threads_batch == 1
     assert m.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
     plain = generate(m, prompt, N_NEW, stop_at_eos=False)

@@ -215,6 +215,18 @@ def test_n_draft_out_of_range_is_refused(bad):
         LookupDraftModel(n_draft=bad)
 
 
+def test_the_drafter_is_built_meanwhile_and_its_failure_raised_at_the_first_draft():
+    from lookupkit.warmup import Warmup
+
+    d = LookupDraftModel(policy="no-such-policy", n_draft=4)  # constructing returns while the kernels load
+    assert isinstance(d.warmup, Warmup)
+    for _ in range(2):
+        with pytest.raises(InputError, match="unknown policy 'no-such-policy'"):
+            d(np.array([1, 2, 3], np.intc))
+    ok = LookupDraftModel(n_draft=4)
+    assert len(ok(np.array([5, 6, 5, 6, 5], np.intc))) <= 4 and ok.warmup.done()
+
+
 def test_a_model_that_is_not_gguf_is_refused(tmp_path):
     fake = tmp_path / "model.safetensors"
     fake.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}" + bytes(64))

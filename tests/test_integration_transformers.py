@@ -148,6 +148,12 @@ def test_n_draft_out_of_range_is_refused(bad):
         LookupGenerate(n_draft=bad)
 
 
+def test_the_drafter_is_built_meanwhile_and_its_failure_raised_at_first_use():
+    lookup = LookupGenerate(policy="no-such-policy")
+    with pytest.raises(InputError, match="unknown policy 'no-such-policy'"):
+        lookup.session  # noqa: B018
+
+
 @pytest.mark.parametrize("missing", ["torch", "transformers"])
 def test_missing_torch_or_transformers_names_the_extra(monkeypatch, missing):
     monkeypatch.setitem(sys.modules, missing, None)

@@ -72,3 +72,63 @@ def test_commands_that_need_no_kernel_import_no_numba(command, small_cache, tmp_
         argv = [small_cache] if command == "inspect" else [small_cache, tmp_path / "b.ggngcmap"]
         out = fresh(WRAP, command, *argv)
     assert out["numba"] is False
+
+
+def test_a_failed_warm_up_is_raised_where_it_is_waited_for_every_time():
+    from lookupkit.errors import InputError
+    from lookupkit.warmup import Warmup, start
+
+    w = start({"policy": "no-such-policy"})
+    for _ in range(2):
+        with pytest.raises(InputError, match="unknown policy 'no-such-policy'"):
+            w.wait()
+    assert w.done() and w.seconds is not None
+    boom = Warmup(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        boom.wait()
+
+
+def test_the_warm_up_builds_the_drafter_it_was_asked_for_over_the_same_cache(small_cache):
+    from lookupkit import Drafter, StaticCache
+    from lookupkit.warmup import start
+
+    cache = StaticCache.open(small_cache)
+    drafter = start({"static": cache, "policy": "lookupkit"}).wait()
+    assert isinstance(drafter, Drafter) and drafter.static is cache and drafter.policy == "lookupkit"
+    assert len(drafter.sequence) == 0  # warmed on a throwaway Drafter: this one follows no sequence yet
+    assert drafter.draft([1, 2], 4) == Drafter(static=cache, policy="lookupkit").draft([1, 2], 4)
+
+
+COMPILES = r'''
+import json, sys, threading
+import numpy as np
+from numba.core import event
+from lookupkit.compile_notice import announce_first_compile
+from lookupkit.warmup import Warmup
+from lookupkit import kernels
+
+compiled = []
+class Record(event.Listener):
+    def on_start(self, ev): compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev): pass
+event.register("numba:compile", Record())
+announce_first_compile()
+announce_first_compile()  # a second call adds no second listener
+ws = [Warmup(lambda: kernels.mix(np.uint64(7))) for _ in range(3)]
+here = kernels.mix(np.uint64(7))
+assert all(w.wait() == here for w in ws)
+kernels.same_run(np.arange(4, dtype=np.int32), 3, 3, 2)
+print(json.dumps({"compiled": compiled}))
+'''
+
+
+def test_a_first_compile_is_announced_once_and_a_cached_kernel_not_at_all(tmp_path):
+    env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env.pop("NUMBA_DEBUG_CACHE", None)
+    first = fresh(COMPILES, env=env)
+    assert first["compiled"].count("mix") == 1  # four threads asked at once: compiled once
+    assert "same_run" in first["compiled"]
+    notes = [ln for ln in first["stderr"].splitlines() if "compiling lookupkit's kernels" in ln]
+    assert len(notes) == 1 and str(tmp_path / "numba") in notes[0], first["stderr"]
+    again = fresh(COMPILES, env=env)  # the same cache directory: loaded, not compiled
+    assert again["compiled"] == [] and "compiling" not in again["stderr"], again["stderr"]

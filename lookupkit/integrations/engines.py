@@ -37,6 +37,12 @@ def open_static(static):
 def gguf_vocab(model_path) -> SimpleNamespace:
     """A GGUF model's own vocabulary (.name, .fingerprint, for StaticCache.check_vocab); a file that is
     not GGUF is refused."""
+    check_gguf(model_path)
+    return vocab_identity(model_path)
+
+
+def check_gguf(model_path) -> None:
+    """Refuse, in one line, a model file that cannot be read or is not GGUF (its first 4 bytes only)."""
     try:
         with open(model_path, "rb") as f:
             magic = f.read(4)
@@ -45,7 +51,6 @@ def gguf_vocab(model_path) -> SimpleNamespace:
     if magic != GGUF_MAGIC:
         raise FormatError(f"{model_path} is not a GGUF model file; llama-cpp-python loads GGUF only "
                           f"(convert it with llama.cpp's convert_hf_to_gguf.py)")
-    return vocab_identity(model_path)
 
 
 def vocab_identity(path) -> SimpleNamespace:

@@ -33,10 +33,8 @@ import weakref
 
 import numpy as np
 
-from .. import Drafter
-from ..draft.policy import DEFAULT_COST
 from .engines import open_static, require
-from .session import Counted, DraftSession
+from .session import Counted
 from .llama_generate import Generation, generate, model_vocab, open_model  # noqa: F401  (the fast path)
 from ..errors import InputError
 
@@ -51,16 +49,17 @@ class LookupDraftModel(Counted, LlamaDraftModel):
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT tokens per call; model: a GGUF path
     or a Llama whose vocabulary the static cache must have (or call `bind(llm)` once the Llama exists);
     policy: "llama.cpp" (its rule, exactly) or "lookupkit" (draft only what pays at verify_cost, a number
-    per drafted token or a `lookupkit calibrate` curve file of this very model).
+    per drafted token or a `lookupkit calibrate` curve file of this very model; None: the Drafter's 0.1).
+    The Drafter is built and its kernels loaded in a background thread from construction on, so the
+    Llama's own load hides them; the first draft waits for it and raises what failed there.
     Counters: n_calls, n_drafted, n_accepted, and `stats()`. One sequence at a time: one draft model
     per Llama (and so per thread).
     """
 
     def __init__(self, static=None, dynamic=None, n_draft: int = 8, model=None, policy: str = "llama.cpp",
-                 verify_cost=DEFAULT_COST):
+                 verify_cost=None):
         self.static = open_static(static)
-        self.session = DraftSession(Drafter(static=self.static, dynamic=dynamic, policy=policy,
-                                                    verify_cost=verify_cost), n_draft)
+        self._start(dict(static=self.static, dynamic=dynamic, policy=policy, verify_cost=verify_cost), n_draft)
         self.n_ctx: int | None = None
         self._bound = None  # a weak reference to the Llama bound to
         if model is not None:

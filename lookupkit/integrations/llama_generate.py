@@ -16,14 +16,15 @@ the last call may verify drafted tokens past the end, which are not emitted.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engines import gguf_vocab, require
+from .. import warmup
+from .engines import check_gguf, gguf_vocab, require
 from ..errors import InputError
 from ..rules import check_n_draft
 
@@ -154,11 +155,15 @@ def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, **llama_
     """A `llama_cpp.Llama` for generate(), with llama-server's context defaults: flash attention on (the
     server's "auto" picks it on CPU; llama-cpp-python's default turns it off) and a sliding-window KV cache
     of the window's size (swa_full=False; llama-cpp-python's default keeps n_ctx cells for those layers).
-    model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike."""
+    model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike.
+    The drafting kernels load in a background thread meanwhile (warmup.kernels(): the model's load hides
+    them; generate() waits for them before its first draft)."""
     from .. import models
 
+    warmup.kernels()
     path = models.resolve(model)
-    model_vocab(path)  # a file that is not GGUF is refused in one line, before llama.cpp reads it
+    check_gguf(path)  # a file that is not GGUF is refused in one line, before llama.cpp reads it
+    model_vocab(path, wait=False)  # read meanwhile, for generate()'s check of a drafter's static cache
     lib = require("llama_cpp", "llama-cpp-python", "llama")
     kwargs = {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": True,
               "swa_full": False, "verbose": False, **llama_kwargs}
@@ -186,6 +191,7 @@ def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int 
         raise InputError(f"the prompt has {len(prompt)} tokens but n_ctx is {m.n_ctx}: "
                          f"raise n_ctx (-c) above the prompt length or shorten the prompt")
     if drafter is not None:
+        warmup.wait_kernels()
         check_drafter(drafter, llm)
         drafter.reset(learn=False)
         drafter.accept(prompt)
@@ -294,15 +300,22 @@ def check_drafter(drafter, llm) -> None:
         drafter.static.check_vocab(model_vocab(llm.model_path))
 
 
-def model_vocab(model_path):
-    """engines.gguf_vocab, read once per model file (Gemma's 262,144-token metadata takes ~0.5 s)."""
+def model_vocab(model_path, *, wait: bool = True):
+    """engines.gguf_vocab, read once per model file (Gemma's 262,144-token metadata takes ~0.3-0.5 s) in a
+    background thread; wait=False only starts the read (open_model: the model's load hides it)."""
     try:
         st = os.stat(model_path)
     except OSError:
         return gguf_vocab(model_path)  # says in one line why the file cannot be read
-    return _vocab_of(os.path.realpath(model_path), st.st_size, st.st_mtime_ns)
+    key = (os.path.realpath(model_path), st.st_size, st.st_mtime_ns)
+    with _VOCAB_LOCK:
+        read = _VOCABS.get(key)
+        if read is None:
+            if len(_VOCABS) >= 8:
+                _VOCABS.pop(next(iter(_VOCABS)))
+            read = _VOCABS[key] = warmup.Warmup(lambda: gguf_vocab(key[0]), "lookupkit-vocab")
+    return read.wait() if wait else None
 
 
-@functools.lru_cache(maxsize=8)
-def _vocab_of(path: str, size: int, mtime_ns: int):
-    return gguf_vocab(path)
+_VOCABS: dict = {}  # (real path, size, mtime) -> the Warmup reading that file's vocabulary
+_VOCAB_LOCK = threading.Lock()

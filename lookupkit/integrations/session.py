@@ -10,8 +10,11 @@ tokens of history, where `Drafter.draft(history)` compares the whole history (19
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
+from .. import warmup
 from ..rules import check_n_draft
 
 WINDOW = 32  # known tokens re-checked per call (a history that keeps them and adds one draft-loop step continues)
@@ -111,9 +114,31 @@ def _ids(a) -> np.ndarray:
 
 
 class Counted:
-    """An adapter's counters and end-of-sequence call, read from its `session` (a DraftSession)."""
+    """An adapter's session (a DraftSession), its counters and end-of-sequence call.
 
-    session: DraftSession
+    The adapter calls `_start(drafter_args, n_draft)` when it is constructed: n_draft is checked there,
+    and the Drafter is built and its kernels loaded in a background thread (lookupkit.warmup), while
+    the engine loads its model. `session` waits for that thread the first time (any thread may ask:
+    it is built once) and raises what failed in it (an unknown policy, an unreadable -lcd file).
+    """
+
+    def _start(self, drafter_args: dict, n_draft: int) -> None:
+        """verify_cost=None in `drafter_args`: the Drafter's default (draft.policy.DEFAULT_COST, not imported
+        here: that module loads numba)."""
+        self._n_draft = check_n_draft(n_draft)
+        self._session: DraftSession | None = None
+        self._session_lock = threading.Lock()
+        if drafter_args.get("verify_cost", 0) is None:
+            drafter_args = {k: v for k, v in drafter_args.items() if k != "verify_cost"}
+        self.warmup = warmup.start(drafter_args)
+
+    @property
+    def session(self) -> DraftSession:
+        if self._session is None:
+            with self._session_lock:
+                if self._session is None:
+                    self._session = DraftSession(self.warmup.wait(), self._n_draft)
+        return self._session
 
     def finish(self, tokens=None, learn: bool = True) -> None:
         """End the sequence with its final tokens (prompt + completion): resolves the last draft and
