@@ -101,9 +101,13 @@ def test_bad_budgets_one_line(tmp_path, budget, words):
 
 def test_vocab_mismatch_before_any_work(tmp_path):
     a = cache(tmp_path / "a.lkc", [ids(9, 1000, 100)])
-    b = cache(tmp_path / "b.lkc", [ids(9, 1000, 100)], vocab={**VOCAB, "fingerprint": "e" * 64})
+    b = cache(tmp_path / "b.lkc", [ids(9, 1000, 100)], vocab={"name": "qwen2", "n_vocab": 151_936, "fingerprint": "e" * 64})
     r = runner.invoke(merge_app, [str(a), str(b), str(tmp_path / "o.lkc")])
     assert r.exit_code == 2 and "e" * 64 in r.output and not (tmp_path / "o.lkc").exists()
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert (f"{b} was built for the qwen2 vocabulary (151,936 tokens) (vocab fingerprint {'e' * 64}) but {a} for the "
+            f"synth vocabulary (3,000,000 tokens) (fingerprint {'f' * 64})") in r.output.replace("\n", "")
+    assert "rebuild one with lookup-create -m VOCAB" in r.output
 
 
 def test_ctrl_c_after_the_rename_keeps_the_merged_file(tmp_path, monkeypatch):

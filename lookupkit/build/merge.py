@@ -185,16 +185,22 @@ def merge_caches(inputs, out: Path, fmt: str, memory_budget: int | None = None,
 
 
 def _common_vocab(inputs: list[_Input]) -> dict | None:
-    """The inputs' common vocabulary (None if none records one); caches with different vocab fingerprints
-    cannot be merged."""
-    known = None
+    """The inputs' common vocabulary (None if none records one); caches of different vocabularies (by
+    fingerprint) cannot be merged, and the refusal names both vocabularies and both files."""
+    known, first = None, None
     for inp in inputs:
         vocab = inp.vocab
         if vocab is None or vocab.get("fingerprint") is None:
             continue
         if known is not None and known.get("fingerprint") != vocab["fingerprint"]:
-            raise VocabMismatchError(f"{inp.path} was built for vocab fingerprint {vocab['fingerprint']} but an "
-                                     f"earlier input for {known['fingerprint']}; caches of different vocabularies "
-                                     "cannot be merged")
-        known = vocab
+            raise VocabMismatchError(f"{inp.path} was built for {_vocab_name(vocab)} (vocab fingerprint "
+                                     f"{vocab['fingerprint']}) but {first} for {_vocab_name(known)} (fingerprint "
+                                     f"{known['fingerprint']}); caches of different vocabularies cannot be merged: "
+                                     "rebuild one with lookup-create -m VOCAB")
+        known, first = vocab, first or inp.path
     return known
+
+
+def _vocab_name(vocab: dict) -> str:
+    size = f" ({vocab['n_vocab']:,} tokens)" if vocab.get("n_vocab") else ""
+    return f"the {vocab['name']} vocabulary{size}" if vocab.get("name") else f"another vocabulary{size}"
