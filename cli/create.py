@@ -14,12 +14,13 @@ from typing import List, Optional
 import typer
 
 from lookupkit.build import build_static
-from lookupkit.build.memory_budget import parse_memory_budget, parse_size
+from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, parse_memory_budget, parse_size, size_text
 from lookupkit.build.outputs import kept_if_complete
 from lookupkit.counts.high_orders import parse_orders
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile
 from lookupkit.errors import InputError
 from lookupkit.formats.lkc_orders import OrderParams
+from lookupkit.rules import MAX_STATIC_ORDER
 from lookupkit.cli.common import guarded, print_json, progress, run
 
 EXAMPLES = """Examples:
@@ -36,6 +37,9 @@ Each source is one document (own BOS, one trailing newline stripped), as if buil
 Sources are taken in this order: -f files, --dataset, --tokens, --default-corpus.
 Tokenized text is cached (zstd int32) in --cache-dir, so prefixes of one corpus tokenize once.
 """
+
+ORDER_DEFAULTS = OrderParams(orders=())  # what --order-min-total/--order-min-share default to
+
 
 class Cut(str, Enum):
     line = "line"
@@ -75,20 +79,22 @@ def create(
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", metavar="N", help="Processes that tokenize and count "
                                        "(default: this machine's cores); the file is the same for any N."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", metavar="SIZE", help="Memory for counting and "
-                                                "writing, shared by the jobs (default 1GiB); sorted partial counts "
+                                                f"writing, shared by the jobs (default {size_text(DEFAULT_MEMORY_BUDGET)}); sorted partial counts "
                                                 "beyond it are spilled to --temp-dir and merged."),
     temp_dir: Optional[Path] = typer.Option(None, "--temp-dir", metavar="DIR", help="Where spilled counts go "
                                             "(default: $TMPDIR or /tmp); removed afterwards."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="local|ADDRESS", help="Tokenize, count and merge as Ray "
                                       "tasks: 'local' starts a Ray instance for the build, an address joins a "
                                       "cluster (pip install 'lookupkit[ray]')."),
-    orders: str = typer.Option("2", "--orders", metavar="2|2-N", help="n-gram orders to store: 2 is llama.cpp's static "
-                               "cache (the default: the file is unchanged); 2-6 adds orders 3..6 for lookupkit's "
-                               "policy (--policy lookupkit), a version-2 .lkc."),
-    order_min_total: int = typer.Option(2, "--order-min-total", metavar="N", help="--orders: keep an n-gram of order "
-                                        ">= 3 only if seen at least N times."),
-    order_min_share: float = typer.Option(0.3, "--order-min-share", metavar="S", help="--orders: ... and if its top "
-                                          "follower holds at least this share (0..1) of its followers."),
+    orders: str = typer.Option("2", "--orders", metavar="2|2-N|2,N,...", help="n-gram orders to store: 2 is llama.cpp's "
+                               "static cache (the default: the file is unchanged); 2-6 adds orders 3..6 for "
+                               "lookupkit's policy (--policy lookupkit), a version-2 .lkc; a list starting at 2, "
+                               f"such as 2,3,5, stores those; orders up to {MAX_STATIC_ORDER}."),
+    order_min_total: int = typer.Option(ORDER_DEFAULTS.min_total, "--order-min-total", metavar="N",
+                                        help="--orders: keep an n-gram of order >= 3 only if seen at least N times."),
+    order_min_share: float = typer.Option(ORDER_DEFAULTS.min_share, "--order-min-share", metavar="S",
+                                          help="--orders: ... and if its top follower holds at least this share (0..1) "
+                                          "of its followers."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress bars)."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars and no summary."),
 ) -> None:

@@ -147,6 +147,19 @@ def test_help_shows_examples():
     assert "Examples:" in result.stdout and "--max-bytes 25MB" in result.stdout and "-lcs" in result.stdout
 
 
+def test_help_says_the_orders_list_form_and_limit_from_the_constants():
+    from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, size_text
+    from lookupkit.counts.high_orders import parse_orders
+    from lookupkit.rules import MAX_STATIC_ORDER
+
+    text = " ".join(create("--help").stdout.split())
+    assert "such as 2,3,5" in text and f"orders up to {MAX_STATIC_ORDER}." in text
+    assert f"(default {size_text(DEFAULT_MEMORY_BUDGET)})" in text
+    assert parse_orders("2,3,5") == (2, 3, 5) and parse_orders(f"2-{MAX_STATIC_ORDER}")[-1] == MAX_STATIC_ORDER
+    check(create("--orders", f"2-{MAX_STATIC_ORDER + 1}", "--default-corpus", "-lcs", "o.lkc"),
+          f"N <= {MAX_STATIC_ORDER}")  # what the help says is what is enforced
+
+
 needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None
                                     or importlib.util.find_spec("pyarrow") is None,
                                     reason="the optional `datasets`/`pyarrow` packages are not installed")

@@ -54,6 +54,14 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def size_text(n: int) -> str:
+    """A size as parse_size reads it back, in the largest binary unit that divides it: 1073741824 -> '1GiB'."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        if n % _UNITS[unit.lower()] == 0:
+            return f"{n // _UNITS[unit.lower()]}{unit}"
+    return str(n)
+
+
 def parse_memory_budget(text: str | None) -> int | None:
     """--memory-budget SIZE in bytes (None: the default); a negative size is refused with an example."""
     if text is None:
