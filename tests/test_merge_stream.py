@@ -129,3 +129,12 @@ def test_ctrl_c_after_the_rename_keeps_the_merged_file(tmp_path, monkeypatch):
     r = runner.invoke(merge_app, [str(a), str(b), str(out)])
     assert r.exit_code == 0 and "the file is kept" in r.stderr, r.output
     assert out.read_bytes() == ref
+
+
+def test_help_has_examples_in_the_commands_style():
+    from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, size_text
+
+    r = runner.invoke(merge_app, ["--help"])
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "Examples:" in r.stdout and "lookup-merge a.lkc b.lkc ab.lkc" in r.stdout
+    assert f"(default {size_text(DEFAULT_MEMORY_BUDGET)})" in text and "refused" in text
