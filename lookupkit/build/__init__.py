@@ -4,7 +4,8 @@ together (`lookup-merge`).
 `pipeline` runs a build (tokenize, count, merge, write; `build_static`, `export_tokens`);
 `tokenized` turns a text source into ids through the token store; `parallel` tokenizes and counts in N
 processes, `ray_tasks` as Ray tasks; `memory_budget` reads sizes and divides the memory budget;
-`merge` is lookup-merge's streamed merge.
+`outputs` checks the output before the work and keeps it once complete; `merge` is lookup-merge's
+streamed merge.
 """
 
 from lookupkit.build.pipeline import build_static, export_tokens
