@@ -52,7 +52,7 @@ def corpus_text(docs: Iterable[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
-def _check_text(text: np.ndarray) -> np.ndarray:
+def check_text(text: np.ndarray) -> np.ndarray:
     text = np.ascontiguousarray(text, dtype=np.int32)
     if len(text) and (text[-1] != SEPARATOR or text.min() < SEPARATOR or text.max() > MAX_ID):
         raise InputError("a suffix index text is document ids each ended by SEPARATOR: build it with corpus_text")
@@ -62,7 +62,8 @@ def _check_text(text: np.ndarray) -> np.ndarray:
 
 
 @kernel
-def _pack3(text, out):
+def pack3(text, out):
+    """out[3i : 3i + 3] = text[i] + 1, big-endian."""
     for i in range(text.shape[0]):
         v = text[i] + 1
         out[3 * i] = (v >> 16) & 255
@@ -84,18 +85,24 @@ def _keep_aligned(sa3):
 
 def divsufsort_sa(text: np.ndarray) -> np.ndarray:
     """The suffix array of `text` (see the module docstring) by libdivsufsort on 3 bytes per token."""
-    from pydivsufsort import divsufsort
-
-    text = _check_text(text)
+    text = check_text(text)
     if len(text) == 0:
         return np.zeros(0, np.int32)
     packed = np.empty(3 * len(text), np.uint8)
-    _pack3(text, packed)
+    pack3(text, packed)
+    return sort_packed(packed)
+
+
+def sort_packed(packed: np.ndarray) -> np.ndarray:
+    """The token SA from the 3-byte packed text (consumed: the caller drops its reference). A view into
+    libdivsufsort's 3n-entry buffer, which it keeps alive: copy it out or write it and drop it."""
+    from pydivsufsort import divsufsort
+
+    n = len(packed) // 3
     sa3 = divsufsort(packed)  # int32, 3n entries, over bytes
-    del packed
     k = _keep_aligned(sa3)
-    assert k == len(text)
-    return sa3[:k]  # a view: the tail's memory goes with it (copy to keep 4 bytes per token)
+    assert k == n
+    return sa3[:k]
 
 
 @kernel
@@ -158,7 +165,7 @@ def _doubling(text, sa, rank, tmp, counts, sa2):
 
 def doubling_sa(text: np.ndarray) -> np.ndarray:
     """The same suffix array by prefix doubling (Manber-Myers, counting sorts): O(n log L), ~24 bytes/token."""
-    text = _check_text(text)
+    text = check_text(text)
     n = len(text)
     if n == 0:
         return np.zeros(0, np.int32)
@@ -171,10 +178,14 @@ def doubling_sa(text: np.ndarray) -> np.ndarray:
 def first_token_starts(text: np.ndarray) -> np.ndarray:
     """starts[t + 1] = number of suffixes whose first token is below t (t = -1 .. max id + 1)."""
     text = np.asarray(text, np.int32)
-    if len(text) == 0:
+    return starts_from_counts(np.bincount(text + 1) if len(text) else np.zeros(0, np.int64))
+
+
+def starts_from_counts(counts: np.ndarray) -> np.ndarray:
+    """first_token_starts from counts[t + 1] = occurrences of t (SEPARATOR first)."""
+    if len(counts) == 0:
         return np.zeros(2, np.int32)
-    counts = np.bincount(text + 1, minlength=int(text.max()) + 2)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(sa_dtype(len(text)))
+    return np.concatenate([[0], np.cumsum(counts)]).astype(sa_dtype(int(counts.sum())))
 
 
 def sa_dtype(n: int) -> type:
@@ -184,6 +195,6 @@ def sa_dtype(n: int) -> type:
 
 def build_index(text: np.ndarray, builder=divsufsort_sa) -> SuffixIndex:
     """The suffix index of a corpus_text (the suffix array copied out of the builder's larger buffer)."""
-    text = _check_text(text)
+    text = check_text(text)
     sa = np.array(builder(text), sa_dtype(len(text)))
     return SuffixIndex(text=text, sa=sa, starts=first_token_starts(text))

@@ -12,7 +12,7 @@ occurring, which on prose is after a few tokens.
 continuation: the rows of a range are sorted by the token after the match, so each next token's
 occurrences are one block. A token with share >= min_share of the N rows fills a block of at least
 ceil(min_share * N) rows, so it holds one of the rows lo, lo + step, ... (step = that block size): only
-those ~1/min_share tokens are counted (two binary searches each), exactly, whatever N.
+those ~1/min_share tokens are counted (galloping out from the sampled row both ways), exactly, whatever N.
 """
 
 from __future__ import annotations
@@ -51,6 +51,29 @@ def bound(text, sa, lo, hi, off, c, upper):
 
 
 @kernel
+def block_end(text, sa, j, hi, off, c):
+    """End of the block of rows from j (whose token at `off` is c) holding c, searched outward from j
+    (galloping: a block is usually far smaller than its range); rows [j, hi) sorted at off."""
+    step = np.int64(1)
+    a = j  # text at row a is c
+    while a + step < hi and text[sa[a + step] + off] == c:
+        a += step
+        step *= 2
+    return bound(text, sa, a + 1, min(a + step, hi), off, c, True)
+
+
+@kernel
+def block_start(text, sa, lo, j, off, c):
+    """Start of the block of rows ending at j (whose token at `off` is c) holding c, galloping down to lo."""
+    step = np.int64(1)
+    b = j
+    while b - step >= lo and text[sa[b - step] + off] == c:
+        b -= step
+        step *= 2
+    return bound(text, sa, max(b - step + 1, lo), b, off, c, False)
+
+
+@kernel
 def find(text, sa, starts, ctx, s, e):
     """SA rows [lo, hi) of the occurrences of ctx[s:e] (e > s, ids >= 0); lo == hi when it does not occur."""
     t = ctx[s]
@@ -61,9 +84,11 @@ def find(text, sa, starts, ctx, s, e):
         if lo >= hi:
             break
         c = ctx[s + j]
-        lo2 = bound(text, sa, lo, hi, j, c, False)
-        hi = bound(text, sa, lo2, hi, j, c, True)
-        lo = lo2
+        lo = bound(text, sa, lo, hi, j, c, False)
+        if lo < hi and text[sa[lo] + j] == c:
+            hi = block_end(text, sa, lo, hi, j, c)
+        else:
+            hi = lo
     return lo, hi
 
 
@@ -111,8 +136,8 @@ def continuation_kernel(text, sa, m, lo, hi, max_tokens, min_share, tokens, coun
         while j < hi:
             t = text[sa[j] + m]
             if t != prev:
-                a = bound(text, sa, lo, hi, m, t, False)
-                b = bound(text, sa, a, hi, m, t, True)
+                a = block_start(text, sa, lo, j, m, t)
+                b = block_end(text, sa, j, hi, m, t)
                 if b - a > best_c:  # sampled in increasing id order: a tie keeps the smaller id
                     best_t, best_c, best_lo = t, b - a, a
                 prev = t

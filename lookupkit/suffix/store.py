@@ -2,8 +2,12 @@
 section of .lkc (issue 15 item 1), kept to the layout such a section needs (aligned little-endian arrays
 named in a JSON header, so the search reads the mapping with no copy).
 
-File: b"LKSUFX01" | u64 LE header length | header (UTF-8 JSON: n, sa dtype, arrays' offsets) | arrays,
-each at a 64-byte aligned offset: text (int32), sa (int32), starts (int64).
+File: b"LKSUFX01" | u64 LE header length | header (UTF-8 JSON: n, arrays' dtype, length, offset; padded with
+spaces to HEADER bytes in all) | arrays from offset HEADER, each at a 64-byte aligned offset: text (int32),
+sa (int32 below 2^31 positions), starts (the SA's dtype).
+
+`build_file` writes the same file from the text in chunks without holding the text or a second SA in
+memory: the peak is libdivsufsort's (3 packed bytes + a 3n-entry int32 SA = 15 bytes per token).
 """
 
 from __future__ import annotations
@@ -11,36 +15,84 @@ from __future__ import annotations
 import json
 import os
 import struct
+from typing import Iterable
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, InputError
 from ..files import atomic_writer, map_file
-from .build import SuffixIndex
+from .build import MAX_ID, MAX_TEXT, SEPARATOR, SuffixIndex, pack3, sa_dtype, sort_packed, starts_from_counts
 
 MAGIC = b"LKSUFX01"
+HEADER = 4096  # the arrays start here
 _ALIGN = 64
 _NAMES = ("text", "sa", "starts")
 
 
+def _layout(specs: dict[str, tuple[np.dtype, int]]) -> tuple[bytes, dict[str, int]]:
+    """The padded header and each array's offset in the file."""
+    arrays, offset = {}, 0
+    for k in _NAMES:
+        dt, n = specs[k]
+        arrays[k] = {"dtype": np.dtype(dt).newbyteorder("<").str, "len": n, "offset": offset}
+        offset += -(-n * np.dtype(dt).itemsize // _ALIGN) * _ALIGN
+    blob = json.dumps({"n": specs["text"][1], "arrays": arrays}, sort_keys=True).encode()
+    blob += b" " * (HEADER - len(MAGIC) - 8 - len(blob))
+    return MAGIC + struct.pack("<Q", len(blob)) + blob, {k: HEADER + a["offset"] for k, a in arrays.items()}
+
+
+def _put(f, offsets: dict[str, int], name: str, a: np.ndarray) -> None:
+    f.seek(offsets[name])
+    f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
 def save(index: SuffixIndex, path: str | os.PathLike) -> int:
     """Write the index atomically; returns the file size."""
-    arrays = {k: np.ascontiguousarray(getattr(index, k)).astype(getattr(index, k).dtype.newbyteorder("<"), copy=False)
-              for k in _NAMES}
-    header = {"n": index.n, "arrays": {}}
-    offset = 0
-    for k in _NAMES:
-        header["arrays"][k] = {"dtype": arrays[k].dtype.str, "len": len(arrays[k]), "offset": offset}
-        offset += -(-arrays[k].nbytes // _ALIGN) * _ALIGN
-    blob = json.dumps(header, sort_keys=True).encode()
-    start = -(-(len(MAGIC) + 8 + len(blob)) // _ALIGN) * _ALIGN
+    header, offsets = _layout({k: (getattr(index, k).dtype, len(getattr(index, k))) for k in _NAMES})
     with atomic_writer(path) as f:
-        f.write(MAGIC + struct.pack("<Q", len(blob)) + blob)
-        f.write(b"\0" * (start - f.tell()))
+        f.write(header)
         for k in _NAMES:
-            f.write(arrays[k].tobytes())
-            f.write(b"\0" * (-arrays[k].nbytes % _ALIGN))
+            _put(f, offsets, k, getattr(index, k))
         return f.tell()
+
+
+def build_file(chunks: Iterable[np.ndarray], n: int, path: str | os.PathLike) -> int:
+    """Build and write the index of a corpus text given as consecutive chunks (n ids in all, the last one
+    SEPARATOR, as corpus_text makes them): each chunk is packed and written, then dropped; returns the size."""
+    if n > MAX_TEXT:
+        raise InputError(f"a suffix index holds at most {MAX_TEXT} tokens (+ 1 per document), got {n}")
+    packed = np.empty(3 * n, np.uint8)
+    counts = np.zeros(0, np.int64)  # counts[t + 1]: occurrences of t, grown to the largest id seen
+    done, last = 0, SEPARATOR
+    with atomic_writer(path) as f:
+        f.write(b"\0" * HEADER)
+        for chunk in chunks:
+            chunk = np.ascontiguousarray(chunk, dtype=np.int32)
+            if len(chunk) == 0:
+                continue
+            if done + len(chunk) > n or chunk.min() < SEPARATOR or chunk.max() > MAX_ID:
+                raise InputError(f"suffix index chunks hold more than {n} ids or ids outside -1..{MAX_ID}")
+            pack3(chunk, packed[3 * done:3 * (done + len(chunk))])
+            seen = np.bincount(chunk + 1)
+            if len(seen) > len(counts):
+                counts = np.concatenate([counts, np.zeros(len(seen) - len(counts), np.int64)])
+            counts[:len(seen)] += seen
+            f.write(chunk.astype("<i4", copy=False).tobytes())
+            done, last = done + len(chunk), int(chunk[-1])
+        if done != n or last != SEPARATOR:
+            raise InputError(f"suffix index chunks hold {done} ids ending in {last}; {n} ending in SEPARATOR expected")
+        starts = starts_from_counts(counts)
+        header, offsets = _layout({"text": (np.int32, n), "sa": (sa_dtype(n), n), "starts": (starts.dtype, len(starts))})
+        if n:
+            sa = sort_packed(packed)
+            del packed
+            _put(f, offsets, "sa", sa)
+            del sa
+        _put(f, offsets, "starts", starts)
+        size = f.tell()
+        f.seek(0)
+        f.write(header)
+        return size
 
 
 def open_index(path: str | os.PathLike) -> SuffixIndex:
@@ -51,14 +103,13 @@ def open_index(path: str | os.PathLike) -> SuffixIndex:
     (size,) = struct.unpack("<Q", mm[8:16])
     try:
         header = json.loads(mm[16:16 + size])
-        start = -(-(16 + size) // _ALIGN) * _ALIGN
         views = {}
         for k in _NAMES:
             a = header["arrays"][k]
-            end = start + a["offset"] + a["len"] * np.dtype(a["dtype"]).itemsize
+            end = HEADER + a["offset"] + a["len"] * np.dtype(a["dtype"]).itemsize
             if end > len(mm):
                 raise ValueError(f"array {k} runs past the end of the file")
-            views[k] = np.frombuffer(mm, dtype=np.dtype(a["dtype"]), count=a["len"], offset=start + a["offset"])
+            views[k] = np.frombuffer(mm, dtype=np.dtype(a["dtype"]), count=a["len"], offset=HEADER + a["offset"])
     except (ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"suffix index {path} is truncated or corrupted ({exc}); rebuild it") from None
     return SuffixIndex(**views)
