@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from lookupkit.formats.vmap import probes
+from lookupkit.formats.constmap_probe import probes
 from lookupkit.corpora import read_token_file
 from lookupkit.replay import replay
 from lookupkit.static.cache import StaticCache

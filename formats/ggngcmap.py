@@ -1,6 +1,6 @@
 """The constmap fork's static cache file (`ggngcmap`), read and written byte-compatibly.
 
-Layout (docs/formats.md section 1): u64 magic "ggngcmap" (host order; little-endian here), u64
+Layout (../shared/docs/formats.md section 1): u64 magic "ggngcmap" (host order; little-endian here), u64
 n_entries, u64 map_size, n_entries x (int32 token, int32 count), then a fastconstmap VerifiedConstMap
 (VMAP0001) from each 2-gram's 8 key bytes (<ii) to offset << 24 | n_followers; nothing after it.
 Everything is 8-aligned, so `parse` maps it in O(1) like a .lkc. The file stores no 2-gram keys, no
@@ -18,7 +18,7 @@ import numpy as np
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError
 from lookupkit.files import map_file, unmap
-from lookupkit.formats import vmap
+from lookupkit.formats import constmap, constmap_build
 from lookupkit.formats.mapped import Mapped
 
 MAGIC = b"ggngcmap"
@@ -28,13 +28,13 @@ HEADER = struct.Struct("<8sQQ")
 def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
     """Write `table` (runs in canonical order) as a ggngcmap file to `f` (no keys, no metadata: the format
     has no room for them)."""
-    cmap = vmap.build(table.keys, table.spans())
+    cmap = constmap_build.build(table.keys, table.spans())
     f.write(HEADER.pack(MAGIC, table.n_pairs, len(cmap)))
     f.write(np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1).view(np.uint8))
     f.write(cmap)
 
 
-def parse(buf, name: str) -> tuple[np.ndarray, vmap.ConstMapView]:
+def parse(buf, name: str) -> tuple[np.ndarray, constmap.ConstMapView]:
     """Check the header and sizes (O(1)) and return the pairs view and the constmap view."""
     size = len(buf)
     if size < HEADER.size:
@@ -47,7 +47,7 @@ def parse(buf, name: str) -> tuple[np.ndarray, vmap.ConstMapView]:
         raise FormatError(f"{name}: not a valid ggngcmap file: 24 + 8 x {n_entries} pairs + {map_size} map bytes "
                           f"!= file size {size} (truncated or corrupted)")
     pairs = np.frombuffer(buf, dtype="<i4", count=2 * n_entries, offset=HEADER.size).reshape(n_entries, 2)
-    cmap = vmap.parse_in(buf, HEADER.size + 8 * n_entries, map_size, name)
+    cmap = constmap.parse_in(buf, HEADER.size + 8 * n_entries, map_size, name)
     if cmap.n_keys > n_entries:
         raise FormatError(f"{name}: corrupted ggngcmap file: {cmap.n_keys} 2-grams cannot share {n_entries} pairs")
     return pairs, cmap

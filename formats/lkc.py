@@ -24,7 +24,7 @@ from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError, InputError, LookupkitWarning
 from lookupkit.files import map_file, unmap
-from lookupkit.formats import lkc_orders, vmap
+from lookupkit.formats import constmap, constmap_build, lkc_orders
 from lookupkit.formats.mapped import Mapped
 from lookupkit.formats.lkc_orders import HighOrders
 
@@ -156,22 +156,35 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
+def header_for(version: int, sections: dict[str, tuple[list, int, str]], meta: dict, stats: dict) -> dict:
+    """The JSON header every .lkc writer writes (SPEC.md). `sections`: {name: (shape, length, sha256)} in
+    file order; their offsets are set by `place_sections`."""
+    specs = {name: {"offset": 0, "length": length, "dtype": _spec(name)[0], "shape": shape, "sha256": sha}
+             for name, (shape, length, sha) in sections.items()}
+    return {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": ALIGN,
+            "sections": specs, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
+
+
+def preamble(version: int, blob: bytes, file_size: int) -> bytes:
+    """The fixed 64 bytes before the JSON header `blob`."""
+    return PREAMBLE.pack(MAGIC, version, BYTE_ORDER_MARK, len(blob), hashlib.sha256(blob).digest(), file_size)
+
+
 def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True,
                orders: HighOrders | None = None) -> dict:
     """Write `table` (and `orders`, the higher orders, if any) as a .lkc file to the binary stream `f`
     (sequentially); returns the header."""
     meta = check_meta(meta or {}, _max_id(table))
-    cmap = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
+    cmap = np.frombuffer(constmap_build.build(table.keys, table.spans()), dtype=np.uint8)
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
     extra, meta, version = optional_sections(table.keys, keys, orders, meta)
     arrays.update(extra)
     stats = follower_stats(np.diff(table.offsets), table.pairs[:, 1])
-    sections = {name: {"offset": 0, "length": int(a.nbytes), "dtype": _spec(name)[0], "shape": list(a.shape),
-                       "sha256": hashlib.sha256(_raw(a)).hexdigest()} for name, a in arrays.items()}
-    header = {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": ALIGN,
-              "sections": sections, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
+    header = header_for(version, {name: (list(a.shape), int(a.nbytes), hashlib.sha256(_raw(a)).hexdigest())
+                                  for name, a in arrays.items()}, meta, stats)
+    sections = header["sections"]
     blob, pos = place_sections(header)
-    f.write(PREAMBLE.pack(MAGIC, version, BYTE_ORDER_MARK, len(blob), hashlib.sha256(blob).digest(), pos))
+    f.write(preamble(version, blob, pos))
     f.write(blob)
     written = PREAMBLE.size + len(blob)
     for name, a in arrays.items():
@@ -191,7 +204,7 @@ def _uint(value, what: str, name: str) -> int:
     return value
 
 
-def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], vmap.ConstMapView]:
+def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], constmap.ConstMapView]:
     """Validate preamble, header and section geometry (O(1) in the data); return header, views, constmap.
 
     `buf` is the whole file (an mmap); only the preamble and the header are read.
@@ -227,7 +240,7 @@ def parse(buf, name: str) -> tuple[dict, dict[str, np.ndarray], vmap.ConstMapVie
         raise _fail(name, f"the header's format_version {header.get('format_version')!r} is not the preamble's {version}")
     views = _section_views(buf, header["sections"], PREAMBLE.size + header_len, name)
     spec = header["sections"]["constmap"]
-    cmap = vmap.parse_in(buf, spec["offset"], spec["length"], name)
+    cmap = constmap.parse_in(buf, spec["offset"], spec["length"], name)
     _check_counts(header, views, cmap, name)
     return header, views, cmap
 
@@ -276,7 +289,7 @@ def _section_views(buf, sections: dict, data_start: int, name: str) -> dict[str,
     return views
 
 
-def _check_counts(header: dict, views: dict, cmap: vmap.ConstMapView, name: str) -> None:
+def _check_counts(header: dict, views: dict, cmap: constmap.ConstMapView, name: str) -> None:
     """The numbers the header, the sections and the constmap state about the content agree."""
     stats = header.get("stats")
     if not isinstance(stats, dict):
@@ -356,11 +369,11 @@ def open_file(path: Path, name: str | None = None) -> Mapped:
 def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memory",
               high: HighOrders | None = None) -> Mapped:
     """A table (and higher orders) as a Mapped, its maps built here (O(n))."""
-    buf = np.frombuffer(vmap.build(table.keys, table.spans()), dtype=np.uint8)
+    buf = np.frombuffer(constmap_build.build(table.keys, table.spans()), dtype=np.uint8)
     pairs = np.ascontiguousarray(table.pairs, dtype=np.int32).reshape(-1, 2).view()
     pairs.flags.writeable = False
     keys = np.ascontiguousarray(table.keys, dtype=np.int32).reshape(-1, 2)
-    cmap = vmap.parse_in(buf, 0, len(buf), "in-memory cache")
+    cmap = constmap.parse_in(buf, 0, len(buf), "in-memory cache")
     meta = {**(meta or {}), **check_meta(meta or {}, _max_id(table))}
     maps = {}
     if high is not None:
@@ -368,7 +381,7 @@ def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memor
         blobs = list(high.sections().items())
         words = np.concatenate([b for _, b in blobs]) if blobs else np.zeros(8, np.uint8)
         at = np.cumsum([0] + [len(b) for _, b in blobs])  # VMAP0001 maps are whole words long
-        maps = {int(lkc_orders.SECTION.match(sec).group(1)): vmap.parse_in(words, int(a), len(b), "in-memory cache")
+        maps = {int(lkc_orders.SECTION.match(sec).group(1)): constmap.parse_in(words, int(a), len(b), "in-memory cache")
                 for (sec, b), a in zip(blobs, at)}
         return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders=maps, orders_buf=words)
     return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders={})

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lookupkit.errors import FormatError
-from lookupkit.formats import vmap
+from lookupkit.formats import constmap, constmap_build
 
 SECTION = re.compile(r"order(\d+)$")
 HASH = "lookupkit-ngram-hash-1"
@@ -61,14 +61,14 @@ class HighOrders:
     maps: dict[int, tuple[np.ndarray, np.ndarray]]
 
     def sections(self) -> dict[str, np.ndarray]:
-        return {f"order{n}": np.frombuffer(vmap.build(np.ascontiguousarray(k, "<u8").view("<i4").reshape(-1, 2), v),
+        return {f"order{n}": np.frombuffer(constmap_build.build(np.ascontiguousarray(k, "<u8").view("<i4").reshape(-1, 2), v),
                                            dtype=np.uint8) for n, (k, v) in sorted(self.maps.items())}
 
     def header(self) -> dict:
         return {**self.params.to_meta(), "n_keys": {str(n): len(k) for n, (k, _) in sorted(self.maps.items())}}
 
 
-def parse(buf, header: dict, name: str) -> dict[int, vmap.ConstMapView]:
+def parse(buf, header: dict, name: str) -> dict[int, constmap.ConstMapView]:
     """The order maps of a version-2 file, checked against its header (O(1): the maps' headers only)."""
     meta = header.get("orders")
     if not isinstance(meta, dict) or meta.get("hash") != HASH or not isinstance(meta.get("n_keys"), dict):
@@ -82,7 +82,7 @@ def parse(buf, header: dict, name: str) -> dict[int, vmap.ConstMapView]:
         if m is None:
             continue
         n = int(m.group(1))
-        cmap = vmap.parse_in(buf, spec["offset"], spec["length"], name)
+        cmap = constmap.parse_in(buf, spec["offset"], spec["length"], name)
         if meta["n_keys"].get(str(n)) != cmap.n_keys:
             raise FormatError(f"{name}: not a valid .lkc file: orders.n_keys[{n}] does not match section {sec}")
         out[n] = cmap

@@ -2,7 +2,7 @@
 to `lkc.write_file` / `ggngcmap.write_file` of the same table in memory.
 
 The pairs are copied part by part into the output and hashed as they go; only the 2-gram keys
-(8 B per 2-gram) and the constmap being built (`vmap_build`, ~22 B per 2-gram) are held. The header's
+(8 B per 2-gram) and the constmap being built (`constmap_build`, ~22 B per 2-gram) are held. The header's
 statistics come from the merge's running totals (`follower_stats.stats_from_hist`), its section hashes are filled in
 after the sections are written (a sha256 is always 64 hex digits, so the header keeps its length and
 every offset stays where it was computed). Formats that compress or re-order (lkc.zst, llama) are
@@ -16,12 +16,11 @@ import os
 
 import numpy as np
 
-from lookupkit._version import __version__
 from lookupkit.counts.follower_stats import stats_from_hist
 from lookupkit.counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import BY_NAME, ggngcmap, lkc, vmap_build
+from lookupkit.formats import BY_NAME, constmap_build, ggngcmap, lkc
 
 STREAMED = ("lkc", "ggngcmap")
 CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22  # keys, values, builder (output + stack)
@@ -59,8 +58,8 @@ def _keys_and_spans(parts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _constmap(keys: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    out = np.empty(vmap_build.nbytes_for(len(keys)), np.uint8)
-    vmap_build.build_into(keys, spans, out)
+    out = np.empty(constmap_build.nbytes_for(len(keys)), np.uint8)
+    constmap_build.build_into(keys, spans, out)
     return out
 
 
@@ -116,10 +115,8 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
     lengths["pairs"] = 8 * n_pairs
     stats = stats_from_hist(parts_hist(parts), sum(p.count_sum for p in parts),
                             max((p.count_max for p in parts), default=0), sum(p.count_ones for p in parts))
-    sections = {name: {"offset": 0, "length": lengths[name], "dtype": lkc._spec(name)[0], "shape": shapes[name],
-                       "sha256": "0" * 64} for name in arrays}
-    header = {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": lkc.ALIGN,
-              "sections": sections, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
+    header = lkc.header_for(version, {name: (shapes[name], lengths[name], "0" * 64) for name in arrays}, meta, stats)
+    sections = header["sections"]
     blob, size = lkc.place_sections(header)
     names = list(arrays)
     f.write(b"\0" * sections["pairs"]["offset"])  # preamble and header come last
@@ -139,7 +136,6 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
     final = lkc.header_blob(header)
     assert len(final) == len(blob)
     f.seek(0)
-    f.write(lkc.PREAMBLE.pack(lkc.MAGIC, version, lkc.BYTE_ORDER_MARK, len(final),
-                              hashlib.sha256(final).digest(), size))
+    f.write(lkc.preamble(version, final, size))
     f.write(final)
     f.seek(0, os.SEEK_END)

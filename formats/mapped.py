@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.formats import vmap
+from lookupkit.formats import constmap
 
 
 @dataclass
@@ -19,7 +19,7 @@ class Mapped:
     format: str  # "lkc", "ggngcmap", "llama" or "memory"
     meta: dict  # the .lkc header ({} when the format has none)
     pairs: np.ndarray  # (m, 2) int32 (token, count), read-only
-    cmap: vmap.ConstMapView
+    cmap: constmap.ConstMapView
     cmap_buf: object  # the buffer holding the constmap's bytes, and where in it they start
     cmap_offset: int
     key_views: dict | None = None  # the .lkc key sections, when stored

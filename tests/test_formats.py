@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lookupkit import formats
 from lookupkit.static import read_table
-from lookupkit.formats import vmap as constmap
+from lookupkit.formats import constmap_build
 from lookupkit.static import keyrecovery
 from lookupkit.errors import FormatError, InputError
 from lookupkit.formats import lkc, llama
@@ -152,7 +152,7 @@ def test_ggngcmap_in_hash_order_reads_canonically(tmp_path):
     pairs = np.concatenate([table.pairs[table.offsets[i]:table.offsets[i + 1]] for i in order])
     starts = np.concatenate([[0], np.cumsum(lengths[order])[:-1]])
     values = (starts.astype(np.uint64) << np.uint64(24)) | lengths[order].astype(np.uint64)
-    cmap = constmap.build(table.keys[order], values)
+    cmap = constmap_build.build(table.keys[order], values)
     path = tmp_path / "fork.ggngcmap"
     path.write_bytes(struct.pack("<8sQQ", b"ggngcmap", len(pairs), len(cmap)) + pairs.astype("<i4").tobytes() + cmap)
     assert same(read_table(path), table)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookupkit import StaticCache, formats
-from lookupkit.formats import vmap as constmap
+from lookupkit.formats import constmap_build
 from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.errors import LookupkitWarning, FormatError, InputError, VocabMismatchError
 from lookupkit.formats import lkc
@@ -137,7 +137,7 @@ def test_span_outside_the_pairs_is_never_read(tmp_path):
     table = table_of(text_like(800, seed=5))
     spans = table.spans()
     spans[4] = (np.uint64(table.n_pairs - 1) << np.uint64(24)) | np.uint64(50)  # runs 49 pairs past the end
-    cm = constmap.build(table.keys, spans)
+    cm = constmap_build.build(table.keys, spans)
     path = tmp_path / "c.ggngcmap"
     path.write_bytes(struct.pack("<8sQQ", b"ggngcmap", table.n_pairs, len(cm)) + table.pairs.astype("<i4").tobytes() + cm)
     key = table.keys[4].tolist()

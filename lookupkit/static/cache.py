@@ -23,7 +23,7 @@ from ..counts.follower_stats import follower_stats
 from ..counts.tables import StaticTable
 from ..errors import FormatError, InputError, LookupkitWarning, VocabMismatchError
 from ..files import unmap
-from ..formats import lkc, vmap
+from ..formats import constmap, constmap_probe, lkc
 from ..formats.llama import read_static
 from .keyrecovery import recover_layout
 from .high_orders import high_of, no_high
@@ -290,13 +290,13 @@ class StaticCache:
         if self.format == "lkc":
             checks += [f"sha256 of section {s}" for s in lkc.verify_sections(self._mm, self.meta, self.name)]
         buf, offset = self._cmap_loc
-        if not vmap.checksum_ok(buf, offset, self.cmap.nbytes):
+        if not constmap_probe.checksum_ok(buf, offset, self.cmap.nbytes):
             raise FormatError(f"{self.name}: the constmap's FNV-1a checksum does not match (the file is corrupted)")
         checks.append("constmap FNV-1a checksum")
         for n, cmap in sorted(self._order_maps.items()):
             words = self.high.words
-            start = cmap.data.__array_interface__["data"][0] - words.__array_interface__["data"][0] - vmap.HEADER_SIZE
-            if not vmap.checksum_ok(words.view(np.uint8), start, cmap.nbytes):
+            start = cmap.data.__array_interface__["data"][0] - words.__array_interface__["data"][0] - constmap.HEADER_SIZE
+            if not constmap_probe.checksum_ok(words.view(np.uint8), start, cmap.nbytes):
                 raise FormatError(f"{self.name}: the order-{n} map's FNV-1a checksum does not match (the file is corrupted)")
             checks.append(f"order-{n} map FNV-1a checksum")
         self._check_pairs()

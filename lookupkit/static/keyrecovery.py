@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..formats.vmap import NOT_FOUND, ConstMapView, lookup
+from ..formats.constmap import NOT_FOUND, ConstMapView
+from ..formats.constmap_probe import lookup
 from ..errors import FormatError
 from ..counts.tables import SPAN_BITS
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..formats.vmap import NOT_FOUND, lookup
+from ..formats.constmap import NOT_FOUND
+from ..formats.constmap_probe import lookup
 from ..counts.tables import SPAN_BITS
 
 _MASK = np.uint64((1 << SPAN_BITS) - 1)

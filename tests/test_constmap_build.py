@@ -1,4 +1,4 @@
-"""formats/vmap_build (the numba VMAP0001 builder) against fastconstmap 0.10.x, the reference: byte identity on
+"""formats/constmap_build (the numba VMAP0001 builder) against fastconstmap 0.10.x, the reference: byte identity on
 many random key sets (sizes 0..5000, hypothesis, seed retries, ids at the int32 edges), lookups through an
 independent numpy reader and lookupkit's own, edge cases. LOOKUPKIT_LARGE_TESTS=1 adds 1-1.5 M keys."""
 
@@ -8,8 +8,10 @@ import struct
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from numba import njit
 
-from lookupkit.formats import vmap_build as vb  # noqa: E402
+from lookupkit.formats import constmap, constmap_probe
+from lookupkit.formats import constmap_build as vb
 
 fastconstmap = pytest.importorskip("fastconstmap")
 assert fastconstmap.__version__.startswith("0.10."), fastconstmap.__version__
@@ -77,22 +79,18 @@ def fnv1a(b):
     return h
 
 
-from lookupkit.formats import vmap as LK  # noqa: E402  lookupkit's reader
+_lk_lookup = constmap_probe.lookup
 
-if LK is not None:
-    from numba import njit
 
-    _lk_lookup = LK.lookup
-
-    @njit
-    def _lk_lookup_many(keys, seed, seg_len, scl, data, checks, out):
-        for i in range(keys.shape[0]):
-            out[i] = _lk_lookup(keys[i, 0], keys[i, 1], seed, seg_len, scl, data, checks)
+@njit
+def _lk_lookup_many(keys, seed, seg_len, scl, data, checks, out):
+    for i in range(keys.shape[0]):
+        out[i] = _lk_lookup(keys[i, 0], keys[i, 1], seed, seg_len, scl, data, checks)
 
 
 def lk_get_many(buf, keys):
     """lookupkit's reader: parse() + its numba lookup(t0, t1, seed, seg_len, seg_count_len, data, checks)."""
-    v = LK.parse(memoryview(buf))
+    v = constmap.parse(memoryview(buf))
     keys = np.ascontiguousarray(keys, dtype=np.int32).reshape(-1, 2)
     out = np.empty(len(keys), np.uint64)
     _lk_lookup_many(keys, np.uint64(v.seed), np.uint64(v.segment_length),
@@ -110,10 +108,9 @@ def check_lookups(buf, keys, values, rng=None, absent=200):
     probe = rng.integers(0, I32MAX, size=(absent, 2), dtype=np.int32)
     keep = ~np.isin(probe.view("<u8").reshape(-1), np.ascontiguousarray(keys).view("<u8").reshape(-1))
     assert np.all(mini_lookup(buf, probe[keep]) == M64)
-    if LK is not None:
-        assert np.array_equal(lk_get_many(buf, keys), values)
-        assert np.all(lk_get_many(buf, probe[keep]) == M64)
-        assert LK.checksum_ok(memoryview(buf), 0, len(buf))
+    assert np.array_equal(lk_get_many(buf, keys), values)
+    assert np.all(lk_get_many(buf, probe[keep]) == M64)
+    assert constmap_probe.checksum_ok(memoryview(buf), 0, len(buf))
 
 
 def build_checked(keys, values, info=None):
@@ -155,8 +152,7 @@ def test_empty_map():
     assert ours[:8] == b"VMAP0001" and ours[8:32] == bytes(24)  # seed 0, no geometry, n 0
     assert struct.unpack("<Q", ours[32:])[0] == fnv1a(ours[:32])
     assert np.all(mini_lookup(ours, np.array([[1, 2], [0, 0]], np.int32)) == M64)
-    if LK is not None:
-        assert np.all(lk_get_many(ours, np.array([[1, 2], [0, 0]], np.int32)) == M64)
+    assert np.all(lk_get_many(ours, np.array([[1, 2], [0, 0]], np.int32)) == M64)
     # empty inputs in other shapes
     assert vb.build(np.empty(0, np.int32), np.empty(0, np.uint64)) == ours
 

@@ -32,16 +32,14 @@ import numpy as np
 from numba import njit
 
 from lookupkit.errors import FormatError, InputError
+from lookupkit.formats.constmap import HEADER, HEADER_SIZE, MAGIC, MAX_SEGMENT_LENGTH, TRAILER_SIZE
+from lookupkit.formats.constmap_probe import check_of, fnv1a, key_hash, slots
 from lookupkit.kernels import GOLDEN
 
-MAGIC = b"VMAP0001"
-HEADER_SIZE = 32
-TRAILER_SIZE = 8
 MAX_ITERATIONS = 100  # fastconstmap tries seeds for iterations 0..100, i.e. 101 seeds
-_MAX_SEGMENT_LENGTH = 1 << 18
 
 if sys.byteorder != "little":  # pragma: no cover
-    raise ImportError("vmap_build assumes a little-endian host (keys are viewed as LE uint64 words)")
+    raise ImportError("constmap_build assumes a little-endian host (keys are viewed as LE uint64 words)")
 
 
 class DuplicateKeyError(InputError, ValueError):
@@ -68,7 +66,7 @@ def params_for(n: int) -> tuple[int, int, int]:
     if n < 1 or n > 0xFFFFFFFF:
         raise ValueError(f"key count {n} outside 1..2^32-1")
     seg_len = 1 << int(math.floor(math.log(float(n)) / math.log(3.33) + 2.25))
-    seg_len = min(seg_len, _MAX_SEGMENT_LENGTH)
+    seg_len = min(seg_len, MAX_SEGMENT_LENGTH)
     capacity = 0
     if n > 1:
         factor = max(1.125, 0.875 + 0.25 * math.log(1000000.0) / math.log(float(n)))
@@ -85,64 +83,22 @@ def nbytes_for(n: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# numba kernels. All hash arithmetic is in uint64 with uint64 constants (mixing int64 and uint64
-# in numba gives float64).
+# numba kernels (a key's hash and slots are constmap_probe's, the reader's own). All hash arithmetic
+# is in uint64 with uint64 constants (mixing int64 and uint64 in numba gives float64).
 # --------------------------------------------------------------------------------------------
 
-_PR1 = np.uint64(11400714785074694791)
-_PR2 = np.uint64(14029467366897019727)
-_PR4 = np.uint64(9650029242287828579)
-_PR5 = np.uint64(2870177450012600261)
-_PR3 = np.uint64(1609587929392839161)
-_FM1 = np.uint64(0xFF51AFD7ED558CCD)
-_FM2 = np.uint64(0xC4CEB9FE1A85EC53)
+# splitmix64's multipliers: fastconstmap's sequence of seeds
 _SM1 = np.uint64(0xBF58476D1CE4E5B9)
 _SM2 = np.uint64(0x94D049BB133111EB)
-_LO32 = np.uint64(0xFFFFFFFF)
-_U0 = np.uint64(0)
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
-_U4 = np.uint64(4)
-_S18 = np.uint64(18)
 _S27 = np.uint64(27)
-_S29 = np.uint64(29)
 _S30 = np.uint64(30)
 _S31 = np.uint64(31)
-_S32 = np.uint64(32)
-_S33 = np.uint64(33)
-_S37 = np.uint64(37)
-_S64 = np.uint64(64)
 
 # status codes of _construct
 OK, DUPLICATE, FAILED = 0, 1, 2
-
-
-@njit(cache=True, inline="always")
-def _key_hash(word, seed):
-    """fmix64(XXH64(8-byte little-endian word, seed 0) + seed): the key's mixed 64-bit hash."""
-    k = word * _PR2
-    k = ((k << _S31) | (k >> _S33)) * _PR1
-    h = (_PR5 + np.uint64(8)) ^ k
-    h = ((h << _S27) | (h >> _S37)) * _PR1 + _PR4
-    h = (h ^ (h >> _S33)) * _PR2
-    h = (h ^ (h >> _S29)) * _PR3
-    h ^= h >> _S32
-    h += seed
-    h = (h ^ (h >> _S33)) * _FM1
-    h = (h ^ (h >> _S33)) * _FM2
-    return h ^ (h >> _S33)
-
-
-@njit(cache=True, inline="always")
-def _positions(x, seg_len, scl):
-    """The three slots of a mixed hash x; scl = segment_count * segment_length (< 2^32)."""
-    # high 64 bits of the 128-bit product x * scl, with scl < 2^32
-    h0 = ((x >> _S32) * scl + (((x & _LO32) * scl) >> _S32)) >> _S32
-    mask = seg_len - _U1
-    h1 = (h0 + seg_len) ^ ((x >> _S18) & mask)
-    h2 = (h0 + seg_len + seg_len) ^ (x & mask)
-    return np.int64(h0), np.int64(h1), np.int64(h2)
 
 
 @njit(cache=True, inline="always")
@@ -210,11 +166,11 @@ def _construct(words, seg_len0, seg_count0, array_len, alternate, t2idx, t2count
         shift = np.uint64(64 - bits)
         counts = np.zeros(nb + 1, dtype=np.int64)
         for i in range(n):
-            counts[np.int64(_key_hash(words[i], seed) >> shift) + 1] += 1
+            counts[np.int64(key_hash(words[i], seed) >> shift) + 1] += 1
         for b in range(nb):
             counts[b + 1] += counts[b]
         for i in range(n):
-            h = _key_hash(words[i], seed)
+            h = key_hash(words[i], seed)
             b = np.int64(h >> shift)
             p = counts[b]
             counts[b] = p + 1
@@ -226,7 +182,7 @@ def _construct(words, seg_len0, seg_count0, array_len, alternate, t2idx, t2count
         t2count[:] = 0
         overflow = False
         for p in range(n):
-            h0, h1, h2 = _positions(sorted_hash[p], seg_len, scl)
+            h0, h1, h2 = slots(sorted_hash[p], seg_len, scl)
             i = np.uint32(stack[p])
             c0 = np.int64(t2count[h0]) + 4
             c1 = (np.int64(t2count[h1]) + 4) ^ 1
@@ -260,7 +216,7 @@ def _construct(words, seg_len0, seg_count0, array_len, alternate, t2idx, t2count
                 i = t2idx[s]
                 stack[top] = (np.uint64(i) << _U2) | np.uint64(kind)
                 top += 1
-                h0, h1, h2 = _positions(_key_hash(words[i], seed), seg_len, scl)
+                h0, h1, h2 = slots(key_hash(words[i], seed), seg_len, scl)
                 # the key's "next" slot kind first, then its "previous" one
                 k1 = (kind + 1) % 3
                 k2 = (kind + 2) % 3
@@ -299,22 +255,13 @@ def _assign(words, values, stack, seed, seg_len, seg_count, data, checks):
         e = np.uint64(stack[t])
         i = np.int64(e >> _U2)
         kind = np.int64(e & _U3)
-        x = _key_hash(words[i], seed)
-        h0, h1, h2 = _positions(x, seg_len, scl)
+        x = key_hash(words[i], seed)
+        h0, h1, h2 = slots(x, seg_len, scl)
         a = _pick(kind, h0, h1, h2)
         b = _pick((kind + 1) % 3, h0, h1, h2)
         c = _pick((kind + 2) % 3, h0, h1, h2)
         data[a] = values[i] ^ data[b] ^ data[c]
-        checks[a] = (x ^ (x >> _S32)) ^ checks[b] ^ checks[c]
-
-
-@njit(cache=True)
-def _fnv1a(raw):
-    h = np.uint64(0xCBF29CE484222325)
-    p = np.uint64(0x100000001B3)
-    for i in range(raw.shape[0]):
-        h = (h ^ np.uint64(raw[i])) * p
-    return h
+        checks[a] = check_of(x) ^ checks[b] ^ checks[c]
 
 
 # Python front-ends
@@ -352,7 +299,7 @@ def _prepare(keys, values):
 
 
 def _header(seed, seg_len, seg_count, data_len, n):
-    return struct.pack("<8sQIIII", MAGIC, seed, seg_len, seg_count, data_len, n)
+    return HEADER.pack(MAGIC, seed, seg_len, seg_count, data_len, n)
 
 
 def build_into(keys, values, out, *, info=None, bucket_bits_extra=4):
@@ -375,7 +322,7 @@ def build_into(keys, values, out, *, info=None, bucket_bits_extra=4):
     if n == 0:
         # fastconstmap's empty map: a header of zeros (no seed, no arrays) and the checksum
         buf[:HEADER_SIZE] = np.frombuffer(_header(0, 0, 0, 0, 0), dtype=np.uint8)
-        buf[HEADER_SIZE:] = np.frombuffer(struct.pack("<Q", int(_fnv1a(buf[:HEADER_SIZE]))), dtype=np.uint8)
+        buf[HEADER_SIZE:] = np.frombuffer(struct.pack("<Q", int(fnv1a(buf[:HEADER_SIZE]))), dtype=np.uint8)
         if info is not None:
             info.update(seed=0, segment_length=0, segment_count=0, array_len=0, iterations=0)
         return size
@@ -404,7 +351,7 @@ def build_into(keys, values, out, *, info=None, bucket_bits_extra=4):
             words_data[:a], words_data[a:])
     del stack
     buf[:HEADER_SIZE] = np.frombuffer(_header(int(seed), int(seg_len), int(seg_count), a, n), dtype=np.uint8)
-    buf[size - TRAILER_SIZE:] = np.frombuffer(struct.pack("<Q", int(_fnv1a(buf[:size - TRAILER_SIZE]))),
+    buf[size - TRAILER_SIZE:] = np.frombuffer(struct.pack("<Q", int(fnv1a(buf[:size - TRAILER_SIZE]))),
                                               dtype=np.uint8)
     if info is not None:
         info.update(seed=int(seed), segment_length=int(seg_len), segment_count=int(seg_count),
