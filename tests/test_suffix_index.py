@@ -108,3 +108,14 @@ def test_a_wide_range_counts_the_majority_exactly():
     index = _index(corpus_text([corpus]))
     run = continuation(index, 0, 0, index.n, max_tokens=1, min_share=0.5)
     assert run.tokens.tolist() == [8] and run.counts[0] == int(np.sum(index.text == 8)) and run.totals[0] == index.n
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=docs_strategy(small), context=st.lists(st.sampled_from(small), min_size=1, max_size=30))
+def test_the_previous_length_plus_one_bounds_the_next_match(docs, context):
+    index = _index(corpus_text([np.array(d, np.int64) for d in docs]))
+    prev = 64
+    for end in range(1, len(context) + 1):
+        bounded = longest_match(index, context[:end], max_len=min(64, prev + 1))
+        assert bounded == longest_match(index, context[:end], max_len=64)
+        prev = bounded[0]

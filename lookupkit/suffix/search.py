@@ -94,7 +94,9 @@ def find(text, sa, starts, ctx, s, e):
 
 @kernel
 def longest_match_kernel(text, sa, starts, ctx, n_ctx, max_len):
-    """(length, lo, hi) of the longest occurring suffix of ctx[:n_ctx], at most max_len long."""
+    """(length, lo, hi) of the longest occurring suffix of ctx[:n_ctx], at most max_len long. A drafter that
+    called it one token earlier passes max_len = min(limit, previous length + 1): a match grows by at most
+    one token per token appended, and the first probe (the whole window) then mostly succeeds."""
     n = text.shape[0]
     top = min(n_ctx, max_len)
     good, glo, ghi = 0, np.int64(0), np.int64(n)
