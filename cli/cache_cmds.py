@@ -95,9 +95,9 @@ def convert(src: Path = typer.Argument(..., help="input cache file (any format)"
             ) -> None:
     """Convert a cache file to another format (through the canonical table, written atomically)."""
     fmt = formats.format_for_path(dst, format)
-    if no_keys and fmt not in ("lkc", "lkc.zst"):
+    if no_keys and not formats.BY_NAME[fmt].keys_optional:
         raise InputError(f"--no-keys applies to lkc output only ({fmt} files never or always store keys)")
-    if model is not None and fmt not in ("lkc", "lkc.zst"):
+    if model is not None and not formats.BY_NAME[fmt].records_meta:
         raise InputError(f"-m applies to lkc output only ({fmt} files cannot record a vocabulary)")
     tok = None
     if model is not None:
@@ -116,7 +116,7 @@ def convert(src: Path = typer.Argument(..., help="input cache file (any format)"
     formats.write_table(table, dst, fmt, meta=meta, keys=not no_keys)
     typer.echo(f"wrote {dst} ({fmt}, {dst.stat().st_size:,} bytes): {table.n_keys:,} 2-grams, "
                f"{table.n_pairs:,} pairs")
-    if fmt in ("ggngcmap", "llama") and (meta["vocab"] or meta["corpus"]):
+    if not formats.BY_NAME[fmt].records_meta and (meta["vocab"] or meta["corpus"]):
         typer.echo(f"note: {fmt} files cannot record the vocabulary or corpus provenance; they were dropped", err=True)
 
 

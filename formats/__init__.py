@@ -29,14 +29,22 @@ class Format:
     open: Callable[[Path], Mapped]
     write: Callable[[BinaryIO, StaticTable, dict | None, bool], None]  # (f, table, meta, keys)
     what: str
+    records_meta: bool  # keeps the vocabulary, corpus and build provenance (`meta`)
+    keys_optional: bool  # the 2-gram list may be left out (--no-keys); else always or never stored
+    has_orders: bool  # can hold the higher-order sections (lookup-create --orders 2-N)
+    streamed: bool  # lkc_stream writes it from merged parts, never holding the whole table
 
 
 REGISTRY = (
-    Format("lkc", (lkc.MAGIC,), (".lkc",), lkc.open_file, lkc.write_file, "a lookupkit cache (.lkc)"),
-    Format("lkc.zst", (zst.MAGIC,), (".lkc.zst",), zst.open_file, zst.write_file, "zstd-compressed"),
+    Format("lkc", (lkc.MAGIC,), (".lkc",), lkc.open_file, lkc.write_file, "a lookupkit cache (.lkc)",
+           records_meta=True, keys_optional=True, has_orders=True, streamed=True),
+    Format("lkc.zst", (zst.MAGIC,), (".lkc.zst",), zst.open_file, zst.write_file, "zstd-compressed",
+           records_meta=True, keys_optional=True, has_orders=False, streamed=False),
     Format("ggngcmap", (ggngcmap.MAGIC, ggngcmap.MAGIC[::-1]), (".ggngcmap",), ggngcmap.open_file,
-           ggngcmap.write_file, "a ggngcmap file"),
-    Format("llama", (), (".lcs", ".lcd"), llama.open_file, llama.write_file, "a llama.cpp legacy cache"),
+           ggngcmap.write_file, "a ggngcmap file", records_meta=False, keys_optional=False, has_orders=False,
+           streamed=True),
+    Format("llama", (), (".lcs", ".lcd"), llama.open_file, llama.write_file, "a llama.cpp legacy cache",
+           records_meta=False, keys_optional=False, has_orders=False, streamed=False),
 )
 BY_NAME = {f.name: f for f in REGISTRY}
 FORMATS = tuple(BY_NAME)

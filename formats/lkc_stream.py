@@ -22,7 +22,6 @@ from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import BY_NAME, constmap_build, ggngcmap, lkc
 
-STREAMED = ("lkc", "ggngcmap")
 CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22  # keys, values, builder (output + stack)
 
 
@@ -77,9 +76,9 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
                 orders=None) -> str:
     """Write the table in `parts` (ordered, disjoint key ranges) to `path` atomically in format `fmt`;
     `orders` (formats.lkc_orders.HighOrders, lkc only) adds the higher-order sections."""
-    if orders is not None and fmt != "lkc":
+    if orders is not None and not BY_NAME[fmt].has_orders:
         raise InputError(f"higher orders (--orders) are stored in .lkc files only, not {fmt}")
-    if fmt not in STREAMED:
+    if not BY_NAME[fmt].streamed:
         table = to_table(parts)
         with atomic_writer(path) as f:
             BY_NAME[fmt].write(f, table, meta, keys)

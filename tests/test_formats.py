@@ -220,6 +220,21 @@ def test_detect_by_magic_then_extension(tmp_path):
         formats.detect(tmp_path)
 
 
+def test_the_registry_says_what_each_format_keeps(tmp_path):
+    """records_meta and keys_optional (what convert's -m, --no-keys and its note read) match what is written."""
+    table = table_of(text_like(600))
+    for fmt in formats.REGISTRY:
+        stored = {}
+        for keys in (True, False):
+            path = tmp_path / f"{keys}{EXT[fmt.name]}"
+            formats.write_table(table, path, meta=META, keys=keys)
+            with StaticCache.open(path) as cache:
+                assert (cache.meta.get("vocab") == META["vocab"]) == fmt.records_meta, fmt.name
+                assert cache.vocab_fingerprint == ("toy-fp" if fmt.records_meta else None), fmt.name
+                stored[keys] = cache.keys() is not None
+        assert (stored[True] != stored[False]) == fmt.keys_optional, (fmt.name, stored)
+
+
 def test_format_names_are_checked(tmp_path):
     table = table_of(text_like(300))
     with pytest.raises(InputError, match="unknown format 'parquet'.*lkc, lkc.zst, ggngcmap, llama"):

@@ -11,7 +11,7 @@ memory, as `lookup-create` counts: each input's (2-gram, follower, count) triple
 triple while sorting) and spilled to a work directory (`counts.runs.write_run`), k-way merged into the
 table (`counts.runs.merge_range`, its buffers sized by `merge_block` so they stay within the same third
 whatever the number of runs), and the table is streamed to OUT (`formats.lkc_stream.write_parts`, the
-constmap built by `vmap_build`). The bytes are those of the in-memory merge. What grows with the
+constmap built by `constmap_build`). The bytes are those of the in-memory merge. What grows with the
 caches is O(2-grams), never O(pairs): an input's key list while it is read (16 B per 2-gram) and the
 output's constmap (`memory_budget.check_write`, 38 B per 2-gram). Legacy inputs are read whole, as
 llama.cpp reads them (the format has no index); inputs with 1-, 3- or 4-grams (dynamic caches) are
