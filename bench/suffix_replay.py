@@ -29,11 +29,12 @@ from lookupkit.suffix.search import continuation_kernel, longest_match_kernel
 from lookupkit.suffix.store import build_file, open_index
 
 MATCH_BINS = (8, 16, 32)
-CHUNK = 1 << 23  # ids read at a time while building
+CHUNK = 1 << 23
+COUNT_BINS = ((1, 1), (2, 3), (4, 15), (16, 2**62))  # the first run token's count: [positions, share accepted]  # ids read at a time while building
 
 
 @kernel
-def _replay(text, sa, starts, ev, positions, max_len, max_tokens, min_share, lens, runs, accepted, tok, cnt, tot):
+def _replay(text, sa, starts, ev, positions, max_len, max_tokens, min_share, lens, runs, accepted, first, tok, cnt, tot):
     for q in range(positions.shape[0]):
         p = positions[q]
         m, lo, hi = longest_match_kernel(text, sa, starts, ev, p, max_len)
@@ -42,6 +43,7 @@ def _replay(text, sa, starts, ev, positions, max_len, max_tokens, min_share, len
         while a < k and p + a < ev.shape[0] and tok[a] == ev[p + a]:
             a += 1
         lens[q], runs[q], accepted[q] = m, k, a
+        first[q] = cnt[0] if k > 0 else 0  # the first run token's count: its evidence
 
 
 @kernel
@@ -55,7 +57,7 @@ def _sequential(text, sa, starts, ev, positions, max_len, lens):
 
 
 def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_tokens: int, min_share: float) -> dict:
-    out = [np.zeros(len(positions), np.int64) for _ in range(3)]
+    out = [np.zeros(len(positions), np.int64) for _ in range(4)]
     scratch = (np.empty(max_tokens, np.int32), np.empty(max_tokens, np.int64), np.empty(max_tokens, np.int64))
     args = (index.text, index.sa, index.starts, ev)
     _replay(*args, positions[:1], max_len, max_tokens, min_share, *[o[:1] for o in out], *scratch)  # compile
@@ -67,7 +69,9 @@ def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_token
     t0 = time.perf_counter()
     _replay(*args, positions, max_len, 0, min_share, *[o.copy() for o in out], *scratch)
     t_match = time.perf_counter() - t0
-    lens, runs, acc = out
+    lens, runs, acc, first = out
+    by_count = {(f"{lo_}-{hi_}" if hi_ < 2**62 else f"{lo_}+"): [int(np.sum(sel)), round(float(np.mean(acc[sel] > 0)), 4) if np.any(sel) else None]
+                for lo_, hi_ in COUNT_BINS for sel in [(runs > 0) & (first >= lo_) & (first <= hi_)]}
     seq = np.arange(1, min(len(ev), 1 + len(positions)), dtype=np.int64)  # consecutive: the previous length bounds
     seq_lens = np.zeros(len(seq), np.int64)
     _sequential(*args, seq[:2], max_len, seq_lens[:2])
@@ -81,6 +85,7 @@ def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_token
             **{f"match_ge_{b}": round(float(np.mean(lens >= b)), 4) for b in MATCH_BINS},
             "mean_run": round(float(runs.mean()), 3), "mean_accepted": round(float(acc.mean()), 3),
             "run_accept_rate": round(float(acc.sum() / max(1, runs.sum())), 4),
+            "first_token_accepted_by_count": by_count,
             "mean_run_given_match_ge_8": round(float(runs[lens >= 8].mean()) if np.any(lens >= 8) else 0.0, 3),
             "mean_accepted_given_match_ge_8": round(float(acc[lens >= 8].mean()) if np.any(lens >= 8) else 0.0, 3)}
 
