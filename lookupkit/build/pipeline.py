@@ -59,7 +59,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     0..2^31-1, as llama.cpp does. `jobs` processes tokenize and count; counting holds about
     `memory_budget` bytes (default DEFAULT_MEMORY_BUDGET) and spills sorted runs to `temp_dir` (default: the
     system's) beyond it; `ray` ("local" or a cluster address) runs tokenizing and counting as Ray tasks.
-    Every combination writes the same bytes. `orders` (counts.orders.OrderParams) also counts the
+    Every combination writes the same bytes. `orders` (formats.lkc_orders.OrderParams) also counts the
     higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
     every document in the driver, so text is then tokenized by the driver (jobs still count 2-grams).
     """
