@@ -9,7 +9,8 @@ the tokens that really follow. Also times the calls and the index's build and op
 documents (bench.suffix_code_task writes one); the index is built into --index (store.build_file, the
 low-memory path) unless it exists. Prints one
 JSON object: sizes, build seconds and peak RSS, open ms, mean us per call (compiled loop, warm: the second
-of two passes), the share of positions whose match is >= 8/16/32 tokens, mean run and mean accepted run.
+of two passes), the share of positions whose match is >= 8/16/32 tokens, mean run and mean accepted run,
+and a suffix-only drafting loop over the whole text (accepted per call, S(C) at the reported costs).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from lookupkit.kernels import kernel
 from lookupkit.suffix.build import SEPARATOR, corpus_text
 from lookupkit.suffix.search import continuation_kernel, longest_match_kernel
 from lookupkit.suffix.store import build_file, open_index
+from lookupkit.verify_cost import speedups
 
 MATCH_BINS = (8, 16, 32)
 CHUNK = 1 << 23
+DRAFT_LOOPS = ((8, 1), (16, 1), (16, 2), (16, 4))  # (n_draft, min_count) of the suffix-only drafter
 COUNT_BINS = ((1, 1), (2, 3), (4, 15), (16, 2**62))  # the first run token's count: [positions, share accepted]  # ids read at a time while building
 
 
@@ -54,6 +57,42 @@ def _sequential(text, sa, starts, ev, positions, max_len, lens):
         m, lo, hi = longest_match_kernel(text, sa, starts, ev, positions[q], min(max_len, prev + 1))
         lens[q] = m
         prev = m
+
+
+@kernel
+def _draft_loop(text, sa, starts, ev, max_len, n_draft, min_share, min_count, drafted, accepted, tok, cnt, tot):
+    """A suffix-only drafter over the whole evaluation text (one sequence): at each call, the run after the
+    longest match (bounded by the last length + the tokens emitted since), cut to n_draft and to the
+    prefix whose counts are >= min_count; verify against the text; emit accepted + 1. Returns the calls."""
+    n = ev.shape[0]
+    p, calls, prev = 1, 0, max_len
+    while p < n:
+        m, lo, hi = longest_match_kernel(text, sa, starts, ev, p, min(max_len, prev))
+        k = continuation_kernel(text, sa, m, lo, hi, n_draft, min_share, tok, cnt, tot)
+        d = 0
+        while d < k and cnt[d] >= min_count:
+            d += 1
+        a = 0
+        while a < d and p + a < n and tok[a] == ev[p + a]:
+            a += 1
+        drafted[calls], accepted[calls] = d, a
+        calls += 1
+        p += a + 1
+        prev = m + a + 1
+    return calls
+
+
+def draft_loop(index, ev: np.ndarray, max_len: int, n_draft: int, min_share: float, min_count: int) -> dict:
+    """Accepted per call and S(C) of the suffix-only drafter (lookupkit.verify_cost.speedups)."""
+    drafted, accepted = np.zeros(len(ev), np.int64), np.zeros(len(ev), np.int64)
+    scratch = (np.empty(n_draft, np.int32), np.empty(n_draft, np.int64), np.empty(n_draft, np.int64))
+    calls = _draft_loop(index.text, index.sa, index.starts, ev, max_len, n_draft, min_share, min_count,
+                        drafted, accepted, *scratch)
+    d, a = drafted[:calls], accepted[:calls]
+    return {"n_draft": n_draft, "min_count": min_count, "calls": int(calls), "drafted": int(d.sum()),
+            "accepted": int(a.sum()), "accepted_per_call": round(float(a.mean()), 4),
+            "tokens_per_verify": round(float((a + 1).mean()), 4), "acceptance": round(float(a.sum() / max(1, d.sum())), 4),
+            "S": {str(c): (round(v, 4) if v is not None else None) for c, v in speedups(d, a).items()}}
 
 
 def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_tokens: int, min_share: float) -> dict:
@@ -140,6 +179,7 @@ def main() -> None:
     positions = np.unique(np.linspace(1, len(ev) - 1, min(a.positions, len(ev) - 1)).astype(np.int64))
     res["eval_tokens"] = len(ev)
     res.update(replay(index, ev, positions, a.max_len, a.max_tokens, a.min_share))
+    res["draft_loops"] = [draft_loop(index, ev, a.max_len, d, a.min_share, c) for d, c in DRAFT_LOOPS]
     res["load_after"] = os.getloadavg()[0]
     print(json.dumps(res))
 
