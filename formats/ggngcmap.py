@@ -18,7 +18,7 @@ import numpy as np
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError
 from lookupkit.files import map_file, unmap
-from lookupkit.formats import constmap, constmap_build
+from lookupkit.formats import constmap
 from lookupkit.formats.mapped import Mapped
 
 MAGIC = b"ggngcmap"
@@ -28,6 +28,8 @@ HEADER = struct.Struct("<8sQQ")
 def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
     """Write `table` (runs in canonical order) as a ggngcmap file to `f` (no keys, no metadata: the format
     has no room for them)."""
+    from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
+
     cmap = constmap_build.build(table.keys, table.spans())
     f.write(HEADER.pack(MAGIC, table.n_pairs, len(cmap)))
     f.write(np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1).view(np.uint8))

@@ -24,7 +24,7 @@ from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError, InputError, LookupkitWarning
 from lookupkit.files import map_file, unmap
-from lookupkit.formats import constmap, constmap_build, lkc_orders
+from lookupkit.formats import constmap, lkc_orders
 from lookupkit.formats.mapped import Mapped
 from lookupkit.formats.lkc_orders import HighOrders
 
@@ -174,6 +174,8 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
                orders: HighOrders | None = None) -> dict:
     """Write `table` (and `orders`, the higher orders, if any) as a .lkc file to the binary stream `f`
     (sequentially); returns the header."""
+    from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
+
     meta = check_meta(meta or {}, _max_id(table))
     cmap = np.frombuffer(constmap_build.build(table.keys, table.spans()), dtype=np.uint8)
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
@@ -369,6 +371,8 @@ def open_file(path: Path, name: str | None = None) -> Mapped:
 def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memory",
               high: HighOrders | None = None) -> Mapped:
     """A table (and higher orders) as a Mapped, its maps built here (O(n))."""
+    from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
+
     buf = np.frombuffer(constmap_build.build(table.keys, table.spans()), dtype=np.uint8)
     pairs = np.ascontiguousarray(table.pairs, dtype=np.int32).reshape(-1, 2).view()
     pairs.flags.writeable = False

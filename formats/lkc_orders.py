@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lookupkit.errors import FormatError
-from lookupkit.formats import constmap, constmap_build
+from lookupkit.formats import constmap
 
 SECTION = re.compile(r"order(\d+)$")
 HASH = "lookupkit-ngram-hash-1"
@@ -61,6 +61,8 @@ class HighOrders:
     maps: dict[int, tuple[np.ndarray, np.ndarray]]
 
     def sections(self) -> dict[str, np.ndarray]:
+        from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
+
         return {f"order{n}": np.frombuffer(constmap_build.build(np.ascontiguousarray(k, "<u8").view("<i4").reshape(-1, 2), v),
                                            dtype=np.uint8) for n, (k, v) in sorted(self.maps.items())}
 

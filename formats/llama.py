@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from numba import njit
 
 from lookupkit.counts.tables import NgramTable, StaticTable
 from lookupkit.errors import FormatError
@@ -23,50 +22,13 @@ from lookupkit.formats.lkc import in_memory
 from lookupkit.formats.mapped import Mapped
 
 
-@njit(cache=True)
-def _scan(words):
-    """Index the records of a legacy file given as int32 words; returns (n_records, error_code, where)."""
-    n = words.shape[0]
-    i = 0
-    count = 0
-    while i < n:
-        if i + 5 > n:
-            return count, 1, i
-        k = words[i + 4]
-        if k <= 0:
-            return count, 2, i
-        if i + 5 + 2 * k > n:
-            return count, 1, i
-        for j in range(k):
-            if words[i + 5 + 2 * j + 1] <= 0:
-                return count, 3, i
-        i += 5 + 2 * k
-        count += 1
-    return count, 0, i
-
-
-@njit(cache=True)
-def _split(words, n_records, ngrams, offsets, pairs):
-    i = 0
-    p = 0
-    for r in range(n_records):
-        for j in range(4):
-            ngrams[r, j] = words[i + j]
-        k = words[i + 4]
-        offsets[r] = p
-        for j in range(k):
-            pairs[p, 0] = words[i + 5 + 2 * j]
-            pairs[p, 1] = words[i + 6 + 2 * j]
-            p += 1
-        i += 5 + 2 * k
-    offsets[n_records] = p
-
-
 def read(data: bytes | memoryview | np.ndarray, name: str = "legacy cache") -> NgramTable:
     """Parse a legacy file's bytes into a canonical NgramTable (first occurrence of duplicates wins)."""
+    from lookupkit.formats.llama_scan import scan, split  # (here: only parsing a legacy file needs kernels)
+
     raw = np.frombuffer(data, dtype=np.uint8)
     words = raw[: len(raw) // 4 * 4].view("<i4")
-    n_records, err, where = _scan(words)
+    n_records, err, where = scan(words)
     if not err and len(raw) % 4:
         err, where = 1, len(words)
     if err:
@@ -79,7 +41,7 @@ def read(data: bytes | memoryview | np.ndarray, name: str = "legacy cache") -> N
     ngrams = np.empty((n_records, 4), dtype=np.int32)
     offsets = np.empty(n_records + 1, dtype=np.int64)
     pairs = np.empty((n_pairs, 2), dtype=np.int32)
-    _split(words, n_records, ngrams, offsets, pairs)
+    split(words, n_records, ngrams, offsets, pairs)
     sizes_ok = _valid_padding(ngrams)
     if not sizes_ok:
         raise FormatError(f"{name} is not a valid llama.cpp n-gram cache: an n-gram is not 1..4 tokens padded with -1")
