@@ -1,6 +1,7 @@
 """A suffix index over a corpus' token ids: the longest earlier match anywhere in the corpus, and the run of
-tokens its occurrences agree on (issue 15). Not yet a section of .lkc nor a policy source: see
-/work/coord/suffix-notes.md for what integration needs.
+tokens its occurrences agree on (issue 15). Not yet a section of .lkc nor a policy source: store.py is a
+stand-in file, and the kernels (search.longest_match_kernel, continuation_kernel) are what a compiled
+drafting loop calls.
 
     text = corpus_text(docs)                 # ids of every document, each followed by SEPARATOR
     index = build_index(text)                # suffix array (libdivsufsort), first-token table
