@@ -139,3 +139,67 @@ def _startup_targets(st: dict) -> list[str]:
                  f"{len(ks)} kernels; numba imported: {'yes' if c.get('numba_imported') else 'no'}",
                  "commands table")
     return out + [""]
+
+
+TARGET_ADDED_S = 0.05  # what lookupkit may add to model load -> first draft (issue 14)
+IMPORT_FACTOR = 2.0  # `import lookupkit` within this many times numpy's own import (issue 14)
+COMPARE_ROWS = (("import numpy", "`import numpy` (the reference)"), ("import lookupkit", "`import lookupkit`"),
+                ("import → first draft (warm)", "`import lookupkit` → first draft, warm, small cache"),
+                ("engine", "model load alone (`llama_cpp.Llama` + tokenize the prompt)"),
+                ("generate", "`open_model` → first draft (`Drafter(static=...)`)"),
+                ("generate-inline", "… the same, warm-up inline (no thread)"),
+                ("hook", "`LookupDraftModel` + `Llama(draft_model=...)` → first draft"),
+                ("hook-inline", "… the same, warm-up inline (no thread)"))
+
+
+def compare_section(data: dict) -> list[str]:
+    """bench/startup_compare.py's before/after table and its two targets."""
+    cmp = data["compare"]
+    trees = cmp["trees"]
+    names = list(trees)
+    m = data.get("machine", {})
+    load = f"load {m.get('loadavg_at_start', ['?'])[0]:.2f} at start, {m.get('loadavg_at_end', ['?'])[0]:.2f} at end" \
+        if m.get("loadavg_at_end") else ""
+    out = ["## Start-up before/after", "",
+           f"Fresh `python -c` processes, each tree laid out as pip installs it, its numba cache filled first; "
+           f"times inside the child, median (min–max) of {cmp['runs']} interleaved rounds; {m.get('cores')} cores, "
+           f"{load}. Static cache `{Path(cmp['cache']).name}` ({cmp['cache_bytes'] / MB:.0f} MB); model "
+           f"`{Path(cmp['model']).name if cmp.get('model') else 'not measured'}`. "
+           + ", ".join(f"{n} = `{t.get('commit', '?')[:10]}`{' (dirty)' if t.get('dirty') else ''}" for n, t in trees.items())
+           + f". Command: `{data.get('command')}`.", "",
+           "| measure | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"{n}: lookupkit adds ms" for n in names)
+           + " | numba imported |", "|---" * (1 + 2 * len(names) + 1) + "|"]
+    for key, label in COMPARE_ROWS:
+        rows = [trees[n]["probes"].get(key) for n in names]
+        if not any(rows):
+            continue
+        cells = [_ms(r["t_s"]) if r else "–" for r in rows]
+        added = [_ms(r["added_s"]) if r and "added_s" in r else "–" for r in rows]
+        numba = ", ".join(f"{n}: {'yes' if r['numba'] else 'no'}" for n, r in zip(names, rows) if r and key.startswith("import"))
+        out.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(added) + f" | {numba or '–'} |")
+    first = trees[names[0]]["probes"]
+    ref = (first.get("import numpy") or {}).get("t_s", {}).get("median")
+    out += ["", "Targets (the first tree):", "", "| target | measured | met? |", "|---|---|---|"]
+    imp = (first.get("import lookupkit") or {}).get("t_s", {}).get("median")
+    out.append(f"| `import lookupkit` ≤ {IMPORT_FACTOR:g}× `import numpy` and no numba | "
+               + (f"{imp * 1e3:.1f} ms vs {ref * 1e3:.1f} ms, numba {'yes' if first['import lookupkit']['numba'] else 'no'}"
+                  if imp and ref else "not measured") + " | "
+               + ("not measured" if not (imp and ref) else
+                  verdict(imp, IMPORT_FACTOR * ref) if not first["import lookupkit"]["numba"] else "**no**") + " |")
+    for key in ("generate", "hook"):
+        added = (first.get(key) or {}).get("added_s", {}).get("median")
+        out.append(f"| {key}: lookupkit adds ≤ {TARGET_ADDED_S * 1e3:.0f} ms to model load → first draft | "
+                   + (f"{added * 1e3:.0f} ms" if added is not None else "not measured") + " | "
+                   + (verdict(added, TARGET_ADDED_S) if added is not None and added > 0 else
+                      ("yes" if added is not None else "not measured")) + " |")
+    return out + [""]
+
+
+def write_compare(data: dict, path: Path) -> None:
+    """bench/STARTUP.md from a startup_compare result (written atomically)."""
+    from lookupkit.files import atomic_writer
+
+    text = "\n".join(["# Start-up", "", "Written by `python -m lookupkit.bench.startup_compare` "
+                      "(bench/results/startup-compare-*.json).", "", *compare_section(data)])
+    with atomic_writer(path) as f:
+        f.write(text.encode())

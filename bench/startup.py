@@ -166,16 +166,17 @@ def spawn(code: str, args: list[str], env: dict, cwd: Path, timeout: float = 600
     return out
 
 
-def copy_package(dest: Path) -> Path:
-    """The package as `pip install` lays it out (pyproject's package-dir map, package data, .pyc
-    compiled), without any __pycache__ of the source tree (so no numba cache). Returns the sys.path entry."""
-    conf = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+def copy_package(dest: Path, repo: Path = REPO) -> Path:
+    """The package of the checkout `repo` as `pip install` lays it out (its pyproject's package-dir map,
+    package data, .pyc compiled), without any __pycache__ of the source tree (so no numba cache).
+    Returns the sys.path entry."""
+    conf = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
     dirs = conf.get("package-dir", {})
     data = conf.get("package-data", {})
     for pkg in conf["packages"]:
         parent = next((p for p in sorted(dirs, key=len, reverse=True) if pkg == p or pkg.startswith(p + ".")), None)
-        src = REPO / dirs[parent] / Path(*pkg[len(parent) + 1:].split(".")) if parent and pkg != parent else \
-            REPO / dirs.get(pkg, pkg.replace(".", "/"))
+        src = repo / dirs[parent] / Path(*pkg[len(parent) + 1:].split(".")) if parent and pkg != parent else \
+            repo / dirs.get(pkg, pkg.replace(".", "/"))
         dst = dest / Path(*pkg.split("."))
         dst.mkdir(parents=True, exist_ok=True)
         for f in src.glob("*.py"):

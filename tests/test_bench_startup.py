@@ -82,3 +82,36 @@ def test_qwen2_shaped_gguf_writer_loads_in_llama_cpp(tmp_path):
     from lookupkit import Tokenizer
 
     assert out["ids"] == Tokenizer.from_file(qwen2).encode("Hello world", add_special=False).tolist()
+
+
+def _probe(ms, numba=False, added=None):
+    row = {"t_s": summary([ms / 1e3] * 3), "numba": numba, "runs": []}
+    if added is not None:
+        row["added_s"] = summary([added / 1e3] * 3)
+    return row
+
+
+def test_the_before_after_table_and_its_targets_rest_on_the_measurements(tmp_path):
+    from lookupkit.bench.report_startup import compare_section, write_compare
+
+    after = {"import numpy": _probe(65), "import lookupkit": _probe(2), "import → first draft (warm)": _probe(290),
+             "engine": _probe(400), "generate": _probe(430, added=30), "generate-inline": _probe(900, added=500),
+             "hook": _probe(520, added=120)}
+    before = {"import lookupkit": _probe(330, numba=True), "import → first draft (warm)": _probe(560),
+              "generate": _probe(1200, added=800), "hook": _probe(1300, added=900)}
+    data = {"command": "python -m lookupkit.bench.startup_compare --tree B", "machine": {"cores": 2},
+            "compare": {"runs": 3, "cache": "/x/small.lkc", "cache_bytes": 5e7, "model": "/m/gemma.gguf",
+                        "trees": {"after": {"commit": "a" * 40, "probes": after},
+                                  "before": {"commit": "b" * 40, "probes": before}}}}
+    text = "\n".join(compare_section(data))
+    assert "| `import lookupkit` | 2 (2–2) | 330 (330–330) | – | – | after: no, before: yes |" in text
+    assert "| `open_model` → first draft (`Drafter(static=...)`) | 430 (430–430) | 1200 (1200–1200) | 30 (30–30) | 800" in text
+    targets = {c[0]: c[2] for ln in text.split("Targets")[1].splitlines()
+               if ln.startswith("| ") and "---" not in ln and (c := ln.strip("| ").split(" | "))[0] != "target"}
+    assert targets == {"`import lookupkit` ≤ 2× `import numpy` and no numba": "yes",
+                       "generate: lookupkit adds ≤ 50 ms to model load → first draft": "yes",
+                       "hook: lookupkit adds ≤ 50 ms to model load → first draft": "**no**"}
+    after["import lookupkit"] = _probe(2, numba=True)  # fast but it imported numba: not met
+    assert "vs 65.0 ms, numba yes | **no** |" in "\n".join(compare_section(data))
+    write_compare(data, tmp_path / "STARTUP.md")
+    assert (tmp_path / "STARTUP.md").read_text().startswith("# Start-up")

@@ -8,7 +8,6 @@ import os
 from types import SimpleNamespace
 
 from ..errors import FormatError, InputError
-from ..static import StaticCache
 from ..tokenizer.gguf import GGUF_MAGIC
 from ..tokenizer.vocab import fingerprint, load
 
@@ -26,8 +25,13 @@ def require(module: str, what: str, extra: str):
 
 
 def open_static(static):
-    """A StaticCache from a path (opened here) or an open one (shared, not copied); None stays None."""
-    if static is None or isinstance(static, StaticCache):
+    """A StaticCache from a path (opened here) or an open one (shared, not copied); None stays None.
+    (StaticCache is imported here, not with this module: its module loads numba.)"""
+    if static is None:
+        return None
+    from ..static import StaticCache
+
+    if isinstance(static, StaticCache):
         return static
     if isinstance(static, (str, os.PathLike)):
         return StaticCache.open(static)

@@ -100,7 +100,8 @@ def _room_for_all_logits(llm) -> None:
     n_ctx = int(llm.n_ctx())
     if llm.scores.shape[0] < n_ctx:
         grown = np.zeros((n_ctx, llm.scores.shape[1]), dtype=llm.scores.dtype)
-        grown[:llm.scores.shape[0]] = llm.scores
+        kept = min(int(llm.n_tokens), llm.scores.shape[0])  # rows past the evaluated tokens hold nothing
+        grown[:kept] = llm.scores[:kept]  # (n_batch rows of 262,144 floats: 0.5 GB to copy for nothing)
         llm.scores = grown
 
 
