@@ -93,12 +93,17 @@ _SM2 = np.uint64(0x94D049BB133111EB)
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
-_S27 = np.uint64(27)
-_S30 = np.uint64(30)
-_S31 = np.uint64(31)
 
 # status codes of _construct
 OK, DUPLICATE, FAILED = 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _seed(state):
+    """splitmix64's output for `state`: the seed fastconstmap tries next."""
+    z = (state ^ (state >> np.uint64(30))) * _SM1
+    z = (z ^ (z >> np.uint64(27))) * _SM2
+    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True, inline="always")
@@ -108,6 +113,19 @@ def _pick(kind, a, b, c):
     if kind == 1:
         return b
     return c
+
+
+@njit(cache=True, inline="always")
+def _remove(slot, kind, i, t2count, t2idx, alone, qsize):
+    """Take key i (of slot kind `kind` there) out of `slot`, pushing the slot on the peeling queue
+    `alone[:qsize]` if one key is left in it; returns the new queue size."""
+    alone[qsize] = slot
+    c = t2count[slot]
+    if (c >> 2) == 2:
+        qsize += 1
+    t2count[slot] = np.uint8(((np.int64(c) - 4) ^ kind) & 255)
+    t2idx[slot] ^= i
+    return qsize
 
 
 @njit(cache=True)
@@ -138,12 +156,8 @@ def _construct(words, seg_len0, seg_count0, array_len, alternate, t2idx, t2count
     seg_count = np.uint64(seg_count0)
     dup_checked = False
     for iteration in range(MAX_ITERATIONS + 1):
-        # splitmix64: next seed
-        state += GOLDEN
-        z = state
-        z = (z ^ (z >> _S30)) * _SM1
-        z = (z ^ (z >> _S27)) * _SM2
-        seed = z ^ (z >> _S31)
+        state += GOLDEN  # splitmix64's increment
+        seed = _seed(state)
 
         # fastconstmap alternately halves / restores the segment length for 4 < n < 10^6
         if alternate:
@@ -220,20 +234,8 @@ def _construct(words, seg_len0, seg_count0, array_len, alternate, t2idx, t2count
                 # the key's "next" slot kind first, then its "previous" one
                 k1 = (kind + 1) % 3
                 k2 = (kind + 2) % 3
-                o1 = _pick(k1, h0, h1, h2)
-                o2 = _pick(k2, h0, h1, h2)
-                alone[qsize] = o1
-                c = t2count[o1]
-                if (c >> 2) == 2:
-                    qsize += 1
-                t2count[o1] = np.uint8(((np.int64(c) - 4) ^ k1) & 255)
-                t2idx[o1] ^= i
-                alone[qsize] = o2
-                c = t2count[o2]
-                if (c >> 2) == 2:
-                    qsize += 1
-                t2count[o2] = np.uint8(((np.int64(c) - 4) ^ k2) & 255)
-                t2idx[o2] ^= i
+                qsize = _remove(_pick(k1, h0, h1, h2), k1, i, t2count, t2idx, alone, qsize)
+                qsize = _remove(_pick(k2, h0, h1, h2), k2, i, t2count, t2idx, alone, qsize)
             if top == n:
                 return OK, seed, seg_len, seg_count, iteration + 1
 
