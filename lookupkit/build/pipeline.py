@@ -33,7 +33,7 @@ from lookupkit.counts.high_orders import count_order, follower_bits
 from lookupkit.counts.runs import key_ranges
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import format_for_path
+from lookupkit.formats import BY_NAME, format_for_path
 from lookupkit.formats.lkc_stream import write_parts
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.memory import peak_rss_bytes
@@ -75,7 +75,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     if tokenizer is None and any(s.kind != "tokens" for s in sources):
         raise InputError("text sources need a vocabulary to be tokenized with")
     plan = plan_memory(jobs, memory_budget, chunk_tokens)
-    if orders is not None and (fmt != "lkc" or ray is not None):
+    if orders is not None and (not BY_NAME[fmt].has_orders or ray is not None):
         raise InputError("--orders above 2 writes a .lkc file and runs locally (no --ray); "
                          f"got {'--ray' if ray is not None else fmt + ' output'}")
     for source in sources:
