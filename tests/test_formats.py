@@ -7,6 +7,8 @@ import errno
 import hashlib
 import json
 import struct
+import subprocess
+import sys
 
 import fastconstmap
 import numpy as np
@@ -338,3 +340,18 @@ def test_key_recovery_fails_cleanly_when_start_ids_are_out_of_range(tmp_path):
     formats.write_table(table, path)
     with pytest.raises(FormatError, match="could not recover"):
         read_table(path)
+
+
+def test_reading_headers_needs_no_compiled_code(tmp_path):
+    """`lookupkit.formats` and every header reader import without numba (fresh process): only building a
+    map, a legacy file's record scan and the lookups load the kernels."""
+    path = tmp_path / "t.lkc"
+    formats.write_table(table_of(text_like(400)), path, meta=META)
+    code = ("import json, sys; import lookupkit.formats as f; from lookupkit.files import map_file; "
+            "from lookupkit.formats import constmap, ggngcmap, lkc, lkc_orders, llama; "
+            "header, views, cmap = lkc.parse(map_file(sys.argv[1], 'cache'), 'x'); "
+            "print(json.dumps({'numba': 'numba' in sys.modules, 'n_keys': cmap.n_keys}))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd="/", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"numba": False, "n_keys": read_table(path).n_keys}
