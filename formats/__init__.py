@@ -32,7 +32,7 @@ class Format:
     records_meta: bool  # keeps the vocabulary, corpus and build provenance (`meta`)
     keys_optional: bool  # the 2-gram list may be left out (--no-keys); else always or never stored
     has_orders: bool  # can hold the higher-order sections (lookup-create --orders 2-N)
-    streamed: bool  # lkc_stream writes it from merged parts, never holding the whole table
+    streamed: bool  # formats.streamed writes it from merged parts, never holding the whole table
 
 
 REGISTRY = (

@@ -28,7 +28,7 @@ import psutil
 
 from lookupkit.counts.spill import chunk_tokens_for
 from lookupkit.errors import InputError
-from lookupkit.formats.lkc_stream import CONSTMAP_BYTES_PER_KEY
+from lookupkit.formats.streamed import CONSTMAP_BYTES_PER_KEY
 
 DEFAULT_MEMORY_BUDGET = 1 << 30
 MIN_PER_JOB = 16 << 20  # one chunk of 2^16 tokens and its runs, with room to merge

@@ -10,7 +10,7 @@ memory, as `lookup-create` counts: each input's (2-gram, follower, count) triple
 (the pairs stay mapped), sorted into runs of at most a third of the memory budget (RUN_BYTES per
 triple while sorting) and spilled to a work directory (`counts.runs.write_run`), k-way merged into the
 table (`counts.runs.merge_range`, its buffers sized by `merge_block` so they stay within the same third
-whatever the number of runs), and the table is streamed to OUT (`formats.lkc_stream.write_parts`, the
+whatever the number of runs), and the table is streamed to OUT (`formats.streamed.write_parts`, the
 constmap built by `constmap_build`). The bytes are those of the in-memory merge. What grows with the
 caches is O(2-grams), never O(pairs): an input's key list while it is read (16 B per 2-gram) and the
 output's constmap (`memory_budget.check_write`, 38 B per 2-gram). Legacy inputs are read whole, as
@@ -33,7 +33,7 @@ from lookupkit.counts.runs import merge_block, merge_range, write_run
 from lookupkit.counts.tables import NgramTable, StaticTable
 from lookupkit.errors import FormatError, InputError, VocabMismatchError
 from lookupkit.formats import llama
-from lookupkit.formats.lkc_stream import write_parts
+from lookupkit.formats.streamed import write_parts
 from lookupkit.static import StaticCache, read_table
 
 BLOCK_PAIRS = 1 << 22  # pairs turned into triples at a time

@@ -4,7 +4,7 @@ Four timed phases, each with an optional progress bar: tokenize (text sources th
 store, or, with jobs > 1 and nothing stored yet, tokenized and counted at once by worker processes;
 token files are used as they are), count (exact follower counts of what was not counted yet, in
 sorted runs spilled to a work directory beyond the memory budget), merge (a k-way merge of the runs,
-one key range per task), write (streamed from the merged parts: formats.lkc_stream). Every source is one document, as if each had been
+one key range per task), write (streamed from the merged parts: formats.streamed). Every source is one document, as if each had been
 given to llama.cpp's lookup-create on its own and the caches merged. The summary reports sizes,
 seconds per phase and the process's peak RSS.
 """
@@ -34,7 +34,7 @@ from lookupkit.counts.runs import key_ranges
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import BY_NAME, format_for_path
-from lookupkit.formats.lkc_stream import write_parts
+from lookupkit.formats.streamed import write_parts
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.memory import peak_rss_bytes
 from lookupkit.rules import COUNT_MAX, ID_MAX

@@ -7,7 +7,7 @@ run per key range (first-token ranges fixed up front, RANGES_PER_CPU per CPU of 
 merge tasks balance by number). Runs stay in Ray's object store (spilled by Ray as it fills); one
 merge task per range k-way merges that range's runs on a worker and returns the range's pairs, keys
 and follower counts; the driver writes them to its work directory and streams the file from there
-(`formats.lkc_stream`), byte-identical to the local build. Ray retries a task whose worker died
+(`formats.streamed`), byte-identical to the local build. Ray retries a task whose worker died
 (RETRIES times), after which the build fails with one line. `local` starts a Ray instance with
 `jobs` CPUs for the build and shuts it down; an address joins an existing cluster (left running).
 """

@@ -1,5 +1,5 @@
-"""Writing a table that is on disk in parts (`counts.runs.Part`), with bounded memory, byte-identical
-to `lkc.write_file` / `ggngcmap.write_file` of the same table in memory.
+"""The streamed writer: a table that is on disk in parts (`counts.runs.Part`) written with bounded memory,
+byte-identical to `lkc.write_file` / `ggngcmap.write_file` of the same table in memory.
 
 The pairs are copied part by part into the output and hashed as they go; only the 2-gram keys
 (8 B per 2-gram) and the constmap being built (`constmap_build`, ~22 B per 2-gram) are held. The header's
