@@ -41,9 +41,15 @@ def _layout(specs: dict[str, tuple[np.dtype, int]]) -> tuple[bytes, dict[str, in
     return MAGIC + struct.pack("<Q", len(blob)) + blob, {k: HEADER + a["offset"] for k, a in arrays.items()}
 
 
+def _bytes(a: np.ndarray) -> memoryview:
+    """The array's bytes, little-endian, without a copy where it already is (the SA is most of the memory)."""
+    a = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False)
+    return memoryview(a).cast("B")
+
+
 def _put(f, offsets: dict[str, int], name: str, a: np.ndarray) -> None:
     f.seek(offsets[name])
-    f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    f.write(_bytes(a))
 
 
 def save(index: SuffixIndex, path: str | os.PathLike) -> int:
@@ -77,7 +83,7 @@ def build_file(chunks: Iterable[np.ndarray], n: int, path: str | os.PathLike) ->
             if len(seen) > len(counts):
                 counts = np.concatenate([counts, np.zeros(len(seen) - len(counts), np.int64)])
             counts[:len(seen)] += seen
-            f.write(chunk.astype("<i4", copy=False).tobytes())
+            f.write(_bytes(chunk))
             done, last = done + len(chunk), int(chunk[-1])
         if done != n or last != SEPARATOR:
             raise InputError(f"suffix index chunks hold {done} ids ending in {last}; {n} ending in SEPARATOR expected")
