@@ -132,3 +132,23 @@ def test_a_first_compile_is_announced_once_and_a_cached_kernel_not_at_all(tmp_pa
     assert len(notes) == 1 and str(tmp_path / "numba") in notes[0], first["stderr"]
     again = fresh(COMPILES, env=env)  # the same cache directory: loaded, not compiled
     assert again["compiled"] == [] and "compiling" not in again["stderr"], again["stderr"]
+
+
+def test_a_models_vocabulary_is_read_once_and_remembered_per_file(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from lookupkit.integrations import engines
+
+    model = tmp_path / "m.gguf"
+    shutil.copy(next((Path(engines.__file__).parents[1] / "data").glob("*.gguf")), model)
+    monkeypatch.setenv("LOOKUPKIT_CACHE_DIR", str(tmp_path / "cache"))
+    reads = []
+    real = engines.vocab_identity
+    monkeypatch.setattr(engines, "vocab_identity", lambda p: reads.append(p) or real(p))
+    first = engines.gguf_vocab(model)
+    assert engines.gguf_vocab(model) == first and len(reads) == 1  # the second process-like call reads nothing
+    os.utime(model, ns=(1, 1))  # the file changed (as far as size and mtime tell): read again
+    assert engines.gguf_vocab(model) == first and len(reads) == 2
+    (tmp_path / "cache" / engines.REMEMBERED).write_text("not json")
+    assert engines.gguf_vocab(model) == first and len(reads) == 3  # a damaged store is a miss, not an error
