@@ -37,10 +37,10 @@ COUNT_BINS = ((1, 1), (2, 3), (4, 15), (16, 2**62))  # the first run token's cou
 
 
 @kernel
-def _replay(text, sa, starts, ev, positions, max_len, max_tokens, min_share, lens, runs, accepted, first, tok, cnt, tot):
+def _replay(text, sa, starts, second, ev, positions, max_len, max_tokens, min_share, lens, runs, accepted, first, tok, cnt, tot):
     for q in range(positions.shape[0]):
         p = positions[q]
-        m, lo, hi = longest_match_kernel(text, sa, starts, ev, p, max_len)
+        m, lo, hi = longest_match_kernel(text, sa, starts, second, ev, p, max_len)
         k = continuation_kernel(text, sa, m, lo, hi, max_tokens, min_share, tok, cnt, tot)
         a = 0
         while a < k and p + a < ev.shape[0] and tok[a] == ev[p + a]:
@@ -50,24 +50,24 @@ def _replay(text, sa, starts, ev, positions, max_len, max_tokens, min_share, len
 
 
 @kernel
-def _sequential(text, sa, starts, ev, positions, max_len, lens):
+def _sequential(text, sa, starts, second, ev, positions, max_len, lens):
     """longest_match at consecutive positions, each bounded by the previous length + 1 (as a drafter calls it)."""
     prev = max_len
     for q in range(positions.shape[0]):
-        m, lo, hi = longest_match_kernel(text, sa, starts, ev, positions[q], min(max_len, prev + 1))
+        m, lo, hi = longest_match_kernel(text, sa, starts, second, ev, positions[q], min(max_len, prev + 1))
         lens[q] = m
         prev = m
 
 
 @kernel
-def _draft_loop(text, sa, starts, ev, max_len, n_draft, min_share, min_count, drafted, accepted, tok, cnt, tot):
+def _draft_loop(text, sa, starts, second, ev, max_len, n_draft, min_share, min_count, drafted, accepted, tok, cnt, tot):
     """A suffix-only drafter over the whole evaluation text (one sequence): at each call, the run after the
     longest match (bounded by the last length + the tokens emitted since), cut to n_draft and to the
     prefix whose counts are >= min_count; verify against the text; emit accepted + 1. Returns the calls."""
     n = ev.shape[0]
     p, calls, prev = 1, 0, max_len
     while p < n:
-        m, lo, hi = longest_match_kernel(text, sa, starts, ev, p, min(max_len, prev))
+        m, lo, hi = longest_match_kernel(text, sa, starts, second, ev, p, min(max_len, prev))
         k = continuation_kernel(text, sa, m, lo, hi, n_draft, min_share, tok, cnt, tot)
         d = 0
         while d < k and cnt[d] >= min_count:
@@ -86,7 +86,7 @@ def draft_loop(index, ev: np.ndarray, max_len: int, n_draft: int, min_share: flo
     """Accepted per call and S(C) of the suffix-only drafter (lookupkit.verify_cost.speedups)."""
     drafted, accepted = np.zeros(len(ev), np.int64), np.zeros(len(ev), np.int64)
     scratch = (np.empty(n_draft, np.int32), np.empty(n_draft, np.int64), np.empty(n_draft, np.int64))
-    calls = _draft_loop(index.text, index.sa, index.starts, ev, max_len, n_draft, min_share, min_count,
+    calls = _draft_loop(index.text, index.sa, index.starts, index.second, ev, max_len, n_draft, min_share, min_count,
                         drafted, accepted, *scratch)
     d, a = drafted[:calls], accepted[:calls]
     return {"n_draft": n_draft, "min_count": min_count, "calls": int(calls), "drafted": int(d.sum()),
@@ -98,7 +98,7 @@ def draft_loop(index, ev: np.ndarray, max_len: int, n_draft: int, min_share: flo
 def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_tokens: int, min_share: float) -> dict:
     out = [np.zeros(len(positions), np.int64) for _ in range(4)]
     scratch = (np.empty(max_tokens, np.int32), np.empty(max_tokens, np.int64), np.empty(max_tokens, np.int64))
-    args = (index.text, index.sa, index.starts, ev)
+    args = (index.text, index.sa, index.starts, index.second, ev)
     _replay(*args, positions[:1], max_len, max_tokens, min_share, *[o[:1] for o in out], *scratch)  # compile
     times = []
     for _ in range(2):  # the first pass pages the index in; the second is the warm figure

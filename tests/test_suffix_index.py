@@ -119,3 +119,12 @@ def test_the_previous_length_plus_one_bounds_the_next_match(docs, context):
         bounded = longest_match(index, context[:end], max_len=min(64, prev + 1))
         assert bounded == longest_match(index, context[:end], max_len=64)
         prev = bounded[0]
+
+
+def test_the_sampled_second_token_search_on_wide_ranges():
+    rng = np.random.default_rng(11)
+    corpus = rng.choice(6, 6000, p=[0.5, 0.2, 0.1, 0.1, 0.05, 0.05])  # first-token ranges of many samples
+    index = _index(corpus_text([corpus[:4000], corpus[4000:]]))
+    for _ in range(150):
+        ctx = rng.choice(6, int(rng.integers(1, 12))).tolist()
+        assert longest_match(index, ctx, 10) == ref.longest_match(index.text, index.sa, ctx, 10)

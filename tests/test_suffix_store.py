@@ -17,9 +17,9 @@ def test_round_trip_maps_the_same_index(tmp_path):
     index = build_index(corpus_text([rng.integers(0, 40, 3000), rng.integers(0, 2**18, 500)]), builder=doubling_sa)
     path = tmp_path / "c.lksx"
     size = save(index, path)
-    assert size == path.stat().st_size and size <= 4096 + 8 * index.n + 2 * 64 + index.starts.nbytes
+    assert size == path.stat().st_size and size <= 4096 + 8 * index.n + 3 * 64 + index.starts.nbytes + index.second.nbytes
     back = open_index(path)
-    for k in ("text", "sa", "starts"):
+    for k in ("text", "sa", "starts", "second"):
         assert np.array_equal(getattr(back, k), getattr(index, k)) and getattr(back, k).dtype == getattr(index, k).dtype
     ctx = index.text[100:130].tolist()
     assert longest_match(back, ctx) == longest_match(index, ctx) and longest_match(back, ctx)[0] == 30

@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..kernels import kernel
 
 SEPARATOR = -1  # ends every document in the text
+SAMPLE = 32  # second[k] = second token of SA row k * SAMPLE: 0.125 bytes per token, searched before the SA
 MAX_ID = 2**24 - 2  # the 3-byte packing holds id + 1 < 2^24
 MAX_TEXT = (2**31 - 1) // 3  # libdivsufsort's int32 SA of 3n bytes; beyond: the 64-bit build (not wired)
 
@@ -31,11 +32,13 @@ MAX_TEXT = (2**31 - 1) // 3  # libdivsufsort's int32 SA of 3n bytes; beyond: the
 @dataclass(frozen=True)
 class SuffixIndex:
     """text: int32 ids with SEPARATOR after each document; sa: the suffix array (int32 below 2^31 positions);
-    starts: len = max id + 3, the SA's dtype: SA rows of first token t are [starts[t + 1], starts[t + 2])."""
+    starts: len = max id + 3, the SA's dtype: SA rows of first token t are [starts[t + 1], starts[t + 2]);
+    second: int32, the second token of every SAMPLE-th row (SEPARATOR where the row's first token is one)."""
 
     text: np.ndarray
     sa: np.ndarray
     starts: np.ndarray
+    second: np.ndarray
 
     @property
     def n(self) -> int:
@@ -194,8 +197,29 @@ def sa_dtype(n: int) -> type:
     return np.int32 if n < 2**31 else np.int64
 
 
+@kernel
+def sample_second(packed, sa, out):
+    """out[k] = second token of SA row k * SAMPLE, read from the 3-byte packed text (SEPARATOR if none)."""
+    n = packed.shape[0] // 3
+    for k in range(out.shape[0]):
+        p = sa[k * SAMPLE]
+        v = np.int32(-1)
+        if packed[3 * p] | packed[3 * p + 1] | packed[3 * p + 2] != 0 and p + 1 < n:
+            q = 3 * (p + 1)
+            v = np.int32((np.int32(packed[q]) << 16) | (np.int32(packed[q + 1]) << 8) | np.int32(packed[q + 2])) - 1
+        out[k] = v
+
+
+def second_tokens(packed: np.ndarray, sa: np.ndarray) -> np.ndarray:
+    out = np.empty(-(-len(sa) // SAMPLE), np.int32)
+    sample_second(packed, sa, out)
+    return out
+
+
 def build_index(text: np.ndarray, builder=divsufsort_sa) -> SuffixIndex:
     """The suffix index of a corpus_text (the suffix array copied out of the builder's larger buffer)."""
     text = check_text(text)
     sa = np.array(builder(text), sa_dtype(len(text)))
-    return SuffixIndex(text=text, sa=sa, starts=first_token_starts(text))
+    packed = np.empty(3 * len(text), np.uint8)
+    pack3(text, packed)
+    return SuffixIndex(text=text, sa=sa, starts=first_token_starts(text), second=second_tokens(packed, sa))

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..kernels import kernel
-from .build import SEPARATOR, SuffixIndex
+from .build import SAMPLE, SEPARATOR, SuffixIndex
 
 DEFAULT_MAX_LEN = 64
 
@@ -74,13 +74,33 @@ def block_start(text, sa, lo, j, off, c):
 
 
 @kernel
-def find(text, sa, starts, ctx, s, e):
+def second_bound(text, sa, second, lo, hi, c):
+    """First row in [lo, hi) (rows sharing their first token) whose second token is >= c: a binary search on
+    the contiguous sample second[k] = second token of row k * SAMPLE, then on the <= SAMPLE rows left."""
+    k0 = (lo + SAMPLE - 1) // SAMPLE
+    a, b = k0, (hi - 1) // SAMPLE + 1  # sampled rows k0 .. b - 1 lie in [lo, hi)
+    while a < b:
+        mid = (a + b) >> 1
+        if second[mid] < c:
+            a = mid + 1
+        else:
+            b = mid
+    start = lo if a == k0 else (a - 1) * SAMPLE + 1
+    stop = min(hi, a * SAMPLE)
+    return bound(text, sa, start, max(start, stop), 1, c, False)
+
+
+@kernel
+def find(text, sa, starts, second, ctx, s, e):
     """SA rows [lo, hi) of the occurrences of ctx[s:e] (e > s, ids >= 0); lo == hi when it does not occur."""
     t = ctx[s]
     if t + 2 >= starts.shape[0]:
         return np.int64(0), np.int64(0)
     lo, hi = np.int64(starts[t + 1]), np.int64(starts[t + 2])
-    for j in range(1, e - s):
+    if e - s > 1 and lo < hi:  # the second token from the sample: the widest range, the most misses saved
+        c = ctx[s + 1]
+        lo, hi = second_bound(text, sa, second, lo, hi, c), second_bound(text, sa, second, lo, hi, c + 1)
+    for j in range(2, e - s):
         if lo >= hi:
             break
         c = ctx[s + j]
@@ -93,7 +113,7 @@ def find(text, sa, starts, ctx, s, e):
 
 
 @kernel
-def longest_match_kernel(text, sa, starts, ctx, n_ctx, max_len):
+def longest_match_kernel(text, sa, starts, second, ctx, n_ctx, max_len):
     """(length, lo, hi) of the longest occurring suffix of ctx[:n_ctx], at most max_len long. A drafter that
     called it one token earlier passes max_len = min(limit, previous length + 1): a match grows by at most
     one token per token appended, and the first probe (the whole window) then mostly succeeds."""
@@ -102,13 +122,13 @@ def longest_match_kernel(text, sa, starts, ctx, n_ctx, max_len):
     good, glo, ghi = 0, np.int64(0), np.int64(n)
     if n == 0 or top <= 0:
         return good, glo, ghi
-    lo, hi = find(text, sa, starts, ctx, n_ctx - top, n_ctx)
+    lo, hi = find(text, sa, starts, second, ctx, n_ctx - top, n_ctx)
     if hi > lo:  # the whole window occurs (code being rewritten): one probe
         return top, lo, hi
     bad = top
     m = 1
     while m < top:  # gallop: 1, 2, 4, ... below top
-        lo, hi = find(text, sa, starts, ctx, n_ctx - m, n_ctx)
+        lo, hi = find(text, sa, starts, second, ctx, n_ctx - m, n_ctx)
         if hi <= lo:
             bad = m
             break
@@ -116,7 +136,7 @@ def longest_match_kernel(text, sa, starts, ctx, n_ctx, max_len):
         m *= 2
     while bad - good > 1:
         m = (good + bad) // 2
-        lo, hi = find(text, sa, starts, ctx, n_ctx - m, n_ctx)
+        lo, hi = find(text, sa, starts, second, ctx, n_ctx - m, n_ctx)
         if hi > lo:
             good, glo, ghi = m, lo, hi
         else:
@@ -166,7 +186,7 @@ def longest_match(index: SuffixIndex, context: Sequence[int], max_len: int = DEF
     if max_len < 1:
         raise InputError(f"max_len must be at least 1, got {max_len}")
     ctx = _context(context)
-    m, lo, hi = longest_match_kernel(index.text, index.sa, index.starts, ctx, len(ctx), int(max_len))
+    m, lo, hi = longest_match_kernel(index.text, index.sa, index.starts, index.second, ctx, len(ctx), int(max_len))
     return int(m), int(lo), int(hi)
 
 

@@ -4,7 +4,7 @@ named in a JSON header, so the search reads the mapping with no copy).
 
 File: b"LKSUFX01" | u64 LE header length | header (UTF-8 JSON: n, arrays' dtype, length, offset; padded with
 spaces to HEADER bytes in all) | arrays from offset HEADER, each at a 64-byte aligned offset: text (int32),
-sa (int32 below 2^31 positions), starts (the SA's dtype).
+sa (int32 below 2^31 positions), starts (the SA's dtype), second (int32, every SAMPLE-th row's second token).
 
 `build_file` writes the same file from the text in chunks without holding the text or a second SA in
 memory: the peak is libdivsufsort's (3 packed bytes + a 3n-entry int32 SA = 15 bytes per token).
@@ -21,12 +21,13 @@ import numpy as np
 
 from ..errors import FormatError, InputError
 from ..files import atomic_writer, map_file
-from .build import MAX_ID, MAX_TEXT, SEPARATOR, SuffixIndex, pack3, sa_dtype, sort_packed, starts_from_counts
+from .build import (MAX_ID, MAX_TEXT, SAMPLE, SEPARATOR, SuffixIndex, pack3, sa_dtype, second_tokens, sort_packed,
+                    starts_from_counts)
 
 MAGIC = b"LKSUFX01"
 HEADER = 4096  # the arrays start here
 _ALIGN = 64
-_NAMES = ("text", "sa", "starts")
+_NAMES = ("text", "sa", "starts", "second")
 
 
 def _layout(specs: dict[str, tuple[np.dtype, int]]) -> tuple[bytes, dict[str, int]]:
@@ -88,13 +89,15 @@ def build_file(chunks: Iterable[np.ndarray], n: int, path: str | os.PathLike) ->
         if done != n or last != SEPARATOR:
             raise InputError(f"suffix index chunks hold {done} ids ending in {last}; {n} ending in SEPARATOR expected")
         starts = starts_from_counts(counts)
-        header, offsets = _layout({"text": (np.int32, n), "sa": (sa_dtype(n), n), "starts": (starts.dtype, len(starts))})
-        if n:
-            sa = sort_packed(packed)
-            del packed
-            _put(f, offsets, "sa", sa)
-            del sa
+        header, offsets = _layout({"text": (np.int32, n), "sa": (sa_dtype(n), n), "starts": (starts.dtype, len(starts)),
+                                   "second": (np.int32, -(-n // SAMPLE))})
+        sa = sort_packed(packed) if n else np.zeros(0, np.int32)
+        second = second_tokens(packed, sa)
+        del packed
+        _put(f, offsets, "sa", sa)
+        del sa
         _put(f, offsets, "starts", starts)
+        _put(f, offsets, "second", second)
         size = f.tell()
         f.seek(0)
         f.write(header)
@@ -113,9 +116,10 @@ def open_index(path: str | os.PathLike) -> SuffixIndex:
         for k in _NAMES:
             a = header["arrays"][k]
             end = HEADER + a["offset"] + a["len"] * np.dtype(a["dtype"]).itemsize
-            if end > len(mm):
+            if a["len"] and end > len(mm):
                 raise ValueError(f"array {k} runs past the end of the file")
-            views[k] = np.frombuffer(mm, dtype=np.dtype(a["dtype"]), count=a["len"], offset=HEADER + a["offset"])
+            views[k] = (np.frombuffer(mm, dtype=np.dtype(a["dtype"]), count=a["len"], offset=HEADER + a["offset"])
+                        if a["len"] else np.zeros(0, np.dtype(a["dtype"])))  # an empty last array may lie past the end
     except (ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"suffix index {path} is truncated or corrupted ({exc}); rebuild it") from None
     return SuffixIndex(**views)
