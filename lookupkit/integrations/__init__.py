@@ -6,6 +6,10 @@
 engine lazily, so importing this package costs nothing beyond lookupkit itself; `calibrate` measures
 what one more verified token costs on a GGUF model, through generate()'s own verify step.
 
+An adapter builds its Drafter and loads the compiled kernels in a background thread from construction
+on (`lookupkit.warmup`; `open_model` starts the default kernels' warm-up and reads the model's
+vocabulary meanwhile), so the engine's own model load hides them; the first draft waits for that.
+
 Engines hand the drafter the whole history at every call: `session.DraftSession` turns that into the
 Drafter's incremental calls; `engines` holds the lazy imports and the vocabulary check both share.
 
