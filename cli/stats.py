@@ -9,6 +9,7 @@ peak RSS. -c is used as given (llama.cpp pads it up to a multiple of 32). A miss
 from __future__ import annotations
 
 import math
+import shlex
 import time
 import warnings
 from enum import Enum
@@ -27,13 +28,28 @@ from lookupkit.formats import llama, read_ngrams
 from lookupkit.memory import peak_rss_bytes
 from lookupkit.replay import longest_match
 from lookupkit.replay.run import replay
-from lookupkit.replay.sweep import POLICY_DRAFT, default_grid, expected_speedup, sweep as run_sweep, sweep_table
-from lookupkit.verify_cost import VerifyCost
+from lookupkit.replay.sweep import DEFAULTS, SWEPT_MAX, default_grid, expected_speedup, sweep as run_sweep, sweep_table
+from lookupkit.verify_cost import VerifyCost, speedup
 from lookupkit.replay.trace import ReplayTrace
-from lookupkit.rules import DEFAULT_DRAFT, SOURCE_LEGEND, check_replay
+from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT, SOURCE_LEGEND
 from lookupkit.static import StaticCache
 from lookupkit.tokenizer import Tokenizer
 from lookupkit.cli.common import guarded, print_json, run
+
+EXAMPLES = f"""Examples:
+
+\b
+  lookup-stats -f eval.txt -lcs static.lkc                          # llama.cpp's rule, --draft {DEFAULT_DRAFT}
+  lookup-stats -m qwen2.gguf -f eval.txt -lcs wiki.lkc -c 4096 --draft 8 --json
+  lookup-stats --tokens eval.i32 -lcs wiki.lkc -lcd dynamic.lcd --dump steps.txt
+  lookup-stats -f eval.txt -lcs wiki-o6.lkc --policy lookupkit      # --draft {POLICY_DRAFT}, drafts what pays
+  lookup-stats -f eval.txt -lcs wiki.lkc --verify-cost gemma.curve.json   # the speed-up on your model
+  lookup-stats -f eval.txt -lcs wiki.lkc --sweep                    # a grid of replays, one table
+  lookup-stats -f eval.txt --source ngram                           # the longest earlier match, no cache
+
+Without --verify-cost the verdict is given at a verify cost of {DEFAULT_COST} per drafted token
+(`lookupkit calibrate` measures yours).
+"""
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
@@ -53,43 +69,48 @@ class PolicyName(str, Enum):
     lookupkit = "lookupkit"
 
 
-@app.command(help="Replay a text (or token ids) as lookup-stats does and report how well drafting works.")
+@app.command(help="Replay a text (or token ids) as lookup-stats does and report how well drafting works.",
+             epilog=EXAMPLES)
 @guarded
 def stats(
-    file: Optional[Path] = typer.Option(None, "-f", "--file", help="Text to replay, tokenized with -m."),
-    model: Optional[Path] = typer.Option(None, "-m", "--model", help="Vocabulary for -f: GGUF or HF tokenizer.json "
-                                         "(default: the bundled gpt-2, as lookup-create)."),
-    tokens: Optional[Path] = typer.Option(None, "--tokens", help="Token ids to replay (.i32 raw int32 or .npy)."),
-    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap "
-                                       "or llama.cpp legacy)."),
-    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) to "
-                                       "start from (must exist)."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Chunk size in tokens (used as given)."),
-    n_draft: Optional[int] = typer.Option(None, "--draft", "--draft-max", "--draft-n", help="Maximum drafted tokens "
-                                          "per call (default 16; 3 for --source ngram)."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", metavar="FILE", help="Text to replay, tokenized with -m."),
+    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary for -f: GGUF or HF "
+                                         "tokenizer.json (default: the bundled gpt-2, as lookup-create)."),
+    tokens: Optional[Path] = typer.Option(None, "--tokens", metavar="FILE", help="Token ids to replay (.i32 raw int32 "
+                                          "or .npy)."),
+    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", metavar="FILE", help="Static cache (lkc, "
+                                       "ggngcmap or llama.cpp legacy)."),
+    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", metavar="FILE", help="Dynamic cache "
+                                       "(legacy) to start from (must exist)."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", metavar="N", help="Chunk size in tokens (used as given)."),
+    n_draft: Optional[int] = typer.Option(None, "--draft", "--draft-max", "--draft-n", metavar="N", help="Maximum "
+                                          f"drafted tokens per call (default {DEFAULTS['lookup']['n_draft']}; "
+                                          f"{DEFAULTS['policy']['n_draft']} with --policy lookupkit, which drafts "
+                                          f"only what pays of them; {DEFAULTS['ngram']['n_draft']} for --source ngram)."),
     source: Source = typer.Option(Source.lookup, "--source", help="lookup: llama.cpp's caches; ngram: the longest "
                                   "earlier match in the sequence."),
     engine: Engine = typer.Option(Engine.fast, "--engine", help="fast (compiled) or reference (readable Python)."),
     policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
-                                      "lookupkit: draft only what pays at --verify-cost (default 0.1), from every "
+                                      f"lookupkit: draft only what pays at --verify-cost (default {DEFAULT_COST}), from every "
                                       "cache including a static cache's higher orders (lookup-create --orders)."),
     policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
                                                 "confidence tables (default: the bundled ones, learnt on held-out "
-                                                "Wikipedia text; python -m lookupkit.bench.tune_policy learns others)."),
-    min_match: Optional[int] = typer.Option(None, "--ngram-min-match", help="--source ngram: draft nothing below "
-                                            "this match length (default 3)."),
-    max_match: Optional[int] = typer.Option(None, "--ngram-max-match", help="--source ngram: longest match "
-                                            "length considered (default 8)."),
+                                                "Wikipedia text; lookupkit tune-policy learns others)."),
+    min_match: Optional[int] = typer.Option(None, "--ngram-min-match", metavar="N", help="--source ngram: draft "
+                                            "nothing below this match length (default "
+                                            f"{longest_match.DEFAULT_MIN_MATCH})."),
+    max_match: Optional[int] = typer.Option(None, "--ngram-max-match", metavar="N", help="--source ngram: longest "
+                                            f"match length considered (default {longest_match.DEFAULT_MAX_MATCH})."),
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Extra cost of each "
                                               "drafted position in a verify batch, relative to one decoding step, or "
                                               "the curve `lookupkit calibrate -o` measured on your model: report the "
-                                              "expected speed-up."),
-    sweep: bool = typer.Option(False, "--sweep", help="Replay a grid (--draft 1..8 x thresholds, or "
-                               "--ngram-min-match 1..8) and print one table; a given --draft/--ngram-min-match "
-                               "is held fixed."),
+                                              f"expected speed-up (the verdict is given at {DEFAULT_COST} without it)."),
+    sweep: bool = typer.Option(False, "--sweep", help=f"Replay a grid (--draft 1..{SWEPT_MAX} x thresholds, "
+                               f"--ngram-min-match 1..{SWEPT_MAX}, or the policy's verify costs) and print one table; "
+                               "a given --draft/--ngram-min-match is held fixed."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
-    dump: Optional[Path] = typer.Option(None, "--dump", help="Write one line per draft call (.steps format)."),
-    save_dynamic: Optional[Path] = typer.Option(None, "--save-dynamic", help="Write the final dynamic cache "
+    dump: Optional[Path] = typer.Option(None, "--dump", metavar="FILE", help="Write one line per draft call (.steps format)."),
+    save_dynamic: Optional[Path] = typer.Option(None, "--save-dynamic", metavar="FILE", help="Write the final dynamic cache "
                                                 "(legacy format)."),
 ) -> None:
     ngram = source is Source.ngram
@@ -104,11 +125,13 @@ def stats(
     tables = load_tables(policy_table) if use_policy else None
     cost = VerifyCost.parse(verify_cost) if verify_cost is not None else None
     ids, vocab = _input_tokens(file, model, tokens)
+    kind = "policy" if use_policy else source.value
+    given = dict(file=file, model=model, tokens=tokens, lcs=lcs, lcd=lcd, ctx_size=ctx_size, n_draft=n_draft,
+                 policy_table=policy_table, min_match=min_match, max_match=max_match, verify_cost=verify_cost)
     if n_draft is None and (not sweep or use_policy):  # a sweep without --draft sweeps it
-        n_draft = longest_match.DEFAULT_DRAFT if ngram else POLICY_DRAFT if use_policy else DEFAULT_DRAFT
+        n_draft = DEFAULTS[kind]["n_draft"]
     max_match = longest_match.DEFAULT_MAX_MATCH if max_match is None else max_match
     one_min_match = min(longest_match.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
-    check_replay(len(ids), ctx_size, 1 if n_draft is None else n_draft)  # before any cache is loaded
     if ngram:
         longest_match.check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
     static, dynamic, t_static, t_load = _load_caches(lcs, lcd, vocab, ids)
@@ -117,12 +140,11 @@ def stats(
             "--policy lookupkit: " + ("no static cache (-lcs)" if static is None else f"{static.name} holds no "
             "higher orders") + ": it drafts from what there is; build the static cache with lookup-create "
             "--orders 2-6 for the rest"))
-    kind = "policy" if use_policy else source.value
     if sweep:
         rows = run_sweep(ids, static, dynamic, default_grid(kind, n_draft, min_match, max_match),
                          n_ctx=ctx_size, source=kind, verify_cost=cost, tables=tables)
-        _print_sweep(rows, as_json, source=kind, n_ctx=ctx_size, n_input=len(ids), verify_cost=cost and cost.describe(),
-                     t_load_ms=t_load * 1e3)
+        _print_sweep(rows, as_json, command=_sweep_command(kind=kind, **given), source=kind, n_ctx=ctx_size, n_input=len(ids),
+                     verify_cost=cost and cost.describe(), t_load_ms=t_load * 1e3)
         return
     if ngram:
         trace, final_dynamic = longest_match.replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
@@ -144,8 +166,12 @@ def stats(
         llama.save(final_dynamic, save_dynamic)
     if as_json:
         print_json(trace.summary())
-    else:
-        typer.echo("\n".join(report_lines(trace)))
+        return
+    lines = report_lines(trace)
+    if not ngram:
+        other = _other_policy(use_policy, ids, ctx_size, given["n_draft"], static, dynamic, tables, pol_cost)
+        lines.append(verdict_line(trace, pol_cost, use_policy, other, given=cost is not None))
+    typer.echo("\n".join(lines))
 
 
 def _load_caches(lcs: Path | None, lcd: Path | None, vocab, ids):
@@ -158,12 +184,48 @@ def _load_caches(lcs: Path | None, lcd: Path | None, vocab, ids):
     return static, dynamic, t_static, time.perf_counter() - t0
 
 
+def _other_policy(use_policy: bool, ids, n_ctx: int, n_draft: int | None, static, dynamic, tables, cost: VerifyCost):
+    """The same replay with the other policy (fast engine; at the given --draft, else at that policy's
+    default), so that the verdict can say which one to use."""
+    if use_policy:
+        return replay(ids, n_ctx, n_draft or DEFAULTS["lookup"]["n_draft"], static, dynamic)[0]
+    n_draft = n_draft or DEFAULTS["policy"]["n_draft"]
+    pol = make_policy(load_tables(), cost.at, n_draft, static.high if static else None)
+    return replay(ids, n_ctx, n_draft, static, dynamic, policy=pol)[0]
+
+
+def verdict_line(trace: ReplayTrace, cost: VerifyCost, use_policy: bool, other: ReplayTrace, given: bool) -> str:
+    """In words: does drafting pay at this verify cost (against plain decoding), and which policy to use
+    (against the other one, replayed on the same caches)."""
+    at = f"verify cost {cost.describe()}" + ("" if given else " (the default; --verify-cost for yours)")
+    s = speedup(trace.n_drafted, trace.n_accepted, cost) or 1.0
+    s_other = speedup(other.n_drafted, other.n_accepted, cost) or 1.0
+    names = [("lookupkit's policy", "--policy lookupkit"), ("llama.cpp's rule", "--policy llama.cpp")]
+    (this, _), (that, that_flag) = names if use_policy else names[::-1]
+    pays = "pays" if s > 1 else "does not pay"
+    use = ("keep this policy" if s >= s_other else f"use {that_flag}") if max(s, s_other) > 1 else "do not draft"
+    return (f"verdict      = at {at}: drafting with {this} {pays} against plain decoding (S = {s:.3f}x); "
+            f"{that} on the same caches makes {s_other:.3f}x: {use}")
+
+
+def _sweep_command(*, kind: str, **given) -> str:
+    """The lookup-stats command line that runs this sweep again (quoted for a shell)."""
+    flags = {"file": "-f", "model": "-m", "tokens": "--tokens", "lcs": "-lcs", "lcd": "-lcd", "ctx_size": "-c",
+             "n_draft": "--draft", "policy_table": "--policy-table", "min_match": "--ngram-min-match",
+             "max_match": "--ngram-max-match", "verify_cost": "--verify-cost"}
+    words = ["lookup-stats"]
+    for name, flag in flags.items():
+        if given[name] is not None:
+            words += [flag, str(given[name])]
+    words += {"policy": ["--policy", "lookupkit"], "ngram": ["--source", "ngram"], "lookup": []}[kind]
+    return shlex.join(words + ["--sweep"])
+
+
 def _print_sweep(rows: list[dict], as_json: bool, **about) -> None:
     if as_json:
         print_json({**about, "rows": rows})
     else:
-        typer.echo(f"sweep: --source {about['source']}, -c {about['n_ctx']}, {about['n_input']} tokens, "
-                   f"{len(rows)} replays")
+        typer.echo(f"sweep: {about['command']}  (-c {about['n_ctx']}, {about['n_input']} tokens, {len(rows)} replays)")
         typer.echo(sweep_table(rows))
 
 

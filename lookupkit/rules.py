@@ -28,8 +28,11 @@ COUNT_MAX = 2**31 - 1
 # Token ids are int32: 0 .. ID_MAX.
 ID_MAX = 2**31 - 1
 
-# lookup-stats: --draft default and range, --ctx-size range.
+# lookup-stats: --draft default and range, --ctx-size range. POLICY_DRAFT is the default with lookupkit's
+# policy (--policy lookupkit), stated here beside llama.cpp's so that one place says both: it is only a
+# ceiling, as the policy itself decides how much of it pays.
 DEFAULT_DRAFT = 16
+POLICY_DRAFT = 8
 MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
 

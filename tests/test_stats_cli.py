@@ -441,3 +441,65 @@ def test_a_static_cache_given_as_lcd_and_a_file_of_no_known_format_say_what_they
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00\x00\x00\x00" * 3)
     assert_one_line_error(stats("--tokens", ids, "-c", 16, "-lcs", junk), "nor a cache of any other known format")
+
+
+@pytest.mark.parametrize("mode", [["--engine", "fast"], ["--engine", "reference"], ["--source", "ngram"],
+                                  ["--policy", "lookupkit"]])
+def test_a_replay_checks_its_parameters_once(tmp_path, monkeypatch, mode):
+    import lookupkit.replay.longest_match, lookupkit.replay.loop, lookupkit.replay.run  # noqa: F401 (bind names)
+    from lookupkit import rules
+
+    calls, real = [], rules.check_replay
+    for module in list(sys.modules.values()):
+        if getattr(module, "check_replay", None) is real:
+            monkeypatch.setattr(module, "check_replay", lambda *a, **k: calls.append(a) or real(*a, **k))
+    ids = write_tokens(tmp_path / "t.i32", np.arange(40) % 7)
+    result = stats("--tokens", ids, "-c", 16, "--draft", 3, "--json", *mode)  # one replay (no verdict's second)
+    assert result.exit_code == 0, result.output
+    assert calls == [(40, 16, 3)]
+    bad = stats("--tokens", ids, "-c", 0, "--draft", 3, *mode)
+    assert bad.exit_code != 0 and len(calls) == 2
+
+
+def test_help_states_each_policys_draft_default_from_the_constants():
+    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.replay import longest_match
+    from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT
+
+    text = " ".join(stats("--help").output.split())
+    assert (f"(default {DEFAULT_DRAFT}; {POLICY_DRAFT} with --policy lookupkit, which drafts only what pays of them; "
+            f"{longest_match.DEFAULT_DRAFT} for --source ngram)") in text
+    assert f"cost (default {DEFAULT_COST})" in text and "Examples:" in text
+
+
+@needs_reference
+def test_without_verify_cost_a_verdict_says_whether_drafting_pays_and_which_policy():
+    from lookupkit.draft.policy import DEFAULT_COST
+
+    args = ["--tokens", REF / "synth.eval.i32", "-lcs", REF / "synth.static.lcs", "-c", 512]
+    rule = json.loads(stats(*args, "--json").stdout)
+    policy = json.loads(stats(*args, "--policy", "lookupkit", "--json").stdout)
+    s_rule, s_policy = (x["expected_speedup"][f"{DEFAULT_COST:g}"] for x in (rule, policy))
+    verdict = stats(*args).stdout.splitlines()[-1]
+    assert verdict.startswith(f"verdict      = at verify cost {DEFAULT_COST} (the default")
+    assert f"llama.cpp's rule {'pays' if s_rule > 1 else 'does not pay'} against plain decoding (S = {s_rule:.3f}x)" in verdict
+    assert f"lookupkit's policy on the same caches makes {s_policy:.3f}x" in verdict
+    assert verdict.endswith("use --policy lookupkit" if s_policy > s_rule else "keep this policy")
+    at_one = stats(*args, "--verify-cost", 1).stdout.splitlines()[-1]  # drafting loses at cost 1 here
+    assert "does not pay" in at_one and at_one.endswith("do not draft")
+
+
+@needs_reference
+@pytest.mark.parametrize("mode", [["--policy", "lookupkit"], ["--source", "ngram"], ["-lcs", REF / "synth.static.lcs"]])
+def test_the_command_a_sweep_prints_runs_that_sweep(mode):
+    import shlex
+
+    first = stats("--tokens", REF / "synth.eval.i32", "-c", 512, *mode, "--sweep").stdout
+    command = first.splitlines()[0].removeprefix("sweep: ").split("  (")[0]
+    words = shlex.split(command)
+    assert words[0] == "lookup-stats" and "--source policy" not in command
+    again = stats(*words[1:])
+    assert again.exit_code == 0, again.output
+    assert again.stdout.splitlines()[0] == first.splitlines()[0]
+    assert [line.split()[:4] for line in again.stdout.splitlines()[1:]] == [
+        line.split()[:4] for line in first.splitlines()[1:]]

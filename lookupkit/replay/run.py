@@ -31,13 +31,13 @@ def replay(tokens, n_ctx: int = 4096, n_draft: int = DEFAULT_DRAFT, static=None,
     lookupkit's policy instead of llama.cpp's rule. Only full chunks of n_ctx tokens are replayed.
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-    check_replay(len(tokens), n_ctx, n_draft)
     if engine == "fast":
-        return replay_fast(tokens, n_ctx, n_draft, static, dynamic, policy=policy)
+        return replay_fast(tokens, n_ctx, n_draft, static, dynamic, policy=policy)  # it checks its inputs
     if policy is not None:
         raise InputError("the reference engine replays llama.cpp's rule only; lookupkit's policy runs on the fast one")
     if engine != "reference":
         raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    check_replay(len(tokens), n_ctx, n_draft)
     dyn = NgramCache.from_table(dynamic) if dynamic is not None else NgramCache()
     trace = replay_reference(tokens.tolist(), n_ctx, n_draft, static, dyn)
     return trace, dyn.to_table()

@@ -20,11 +20,11 @@ from ..draft.confidence import load as load_tables
 from ..draft.rule import Thresholds
 from ..draft.policy import DEFAULT_COST, make_policy
 from ..errors import InputError
+from ..rules import POLICY_DRAFT
 from ..counts.flat import LAX, STRICT
 from ..verify_cost import REPORTED_COSTS, VerifyCost, break_even, speedup
 from .trace import ReplayTrace
 
-POLICY_DRAFT = 8  # the policy decides how much to draft; this is only its ceiling
 SOURCES = ("lookup", "ngram", "policy")  # policy: lookupkit's policy over the lookup caches
 AXES = {"lookup": ("n_draft", "thresholds"), "ngram": ("n_draft", "min_match", "max_match"),
         "policy": ("n_draft", "policy_cost")}
