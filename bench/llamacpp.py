@@ -3,7 +3,7 @@
 The benchmark compares lookupkit with llama.cpp on the same token ids, so it needs llama.cpp's real
 `common/ngram-cache.cpp`: `fetch_source` takes it from the llama-cpp-python sdist on PyPI (pip), into a
 cache directory outside the repository (llama.cpp's code and binaries are never committed);
-`build_driver` compiles it with our own `llamacpp/driver.cpp`, which runs the lookup-create and
+`build_driver` compiles it with our own `llamacpp_driver/driver.cpp`, which runs the lookup-create and
 lookup-stats loops on int32 token files; `run_create` / `run_stats` run that driver and return its
 JSON line. Peak RSS is the driver's own VmHWM: the rusage a parent gets back (wait4, RUSAGE_CHILDREN)
 includes the parent's own peak, because exec keeps it, so it is wrong whenever the caller is large.
@@ -30,7 +30,7 @@ PINNED_VERSION = "0.3.36"  # llama-cpp-python release whose vendor/llama.cpp is 
 CXX_FLAGS = ("-O2", "-std=c++17")
 NO_COMPILER = "no C++ compiler found (install g++ or set CXX): skipping the llama.cpp side by side"
 
-_HERE = Path(__file__).resolve().with_name("llamacpp")
+_HERE = Path(__file__).resolve().with_name("llamacpp_driver")  # the C++ sources of the driver
 _DRIVER_SOURCES = (_HERE / "driver.cpp", _HERE / "shim" / "common.h", _HERE / "shim" / "log.h")
 _VENDOR = "vendor/llama.cpp/"
 _NEEDED_PREFIXES = ("common/ngram-cache.", "include/llama.h", "ggml/include/", "LICENSE")

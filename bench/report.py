@@ -140,7 +140,7 @@ def render(data: dict, calibrations: list[dict] = (), startup: dict | None = Non
              f"`-c {cfg['n_ctx']}`; every cell {cfg['runs']} runs back to back, shown as median (min–max). "
              f"llama.cpp = upstream `common/ngram-cache.cpp` "
              f"({data.get('llamacpp_version', 'not run: ' + str(data.get('llamacpp_skipped')))}) driven by "
-             "`bench/llamacpp/driver.cpp` on the same token ids. Reproduce: `lookupkit bench` "
+             "`bench/llamacpp_driver/driver.cpp` on the same token ids. Reproduce: `lookupkit bench` "
              f"({'`--quick`' if cfg['name'] == 'quick' else 'full study'}).", ""]
     lines += _build_table(res, unit) + _open_table(res, unit)
     for d in res.drafts():

@@ -97,3 +97,18 @@ def test_peak_rss_is_the_drivers_own(driver):
     ballast = np.ones(400 * 2**20 // 8)  # 400 MiB resident in the parent: exec would carry it in ru_maxrss
     got = llamacpp.run_stats(driver, REF / "tiny.tokens.i32", 8, 4)
     assert ballast[-1] == 1 and 0 < got["peak_rss_kb"] < 100 * 1024
+
+
+def test_the_driver_sources_sit_beside_the_module_and_are_installed():
+    """bench/llamacpp_driver/ (not a folder named like the module bench/llamacpp.py) holds the C++ sources,
+    and pyproject's package data ships each of them."""
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    assert not (root / "bench" / "llamacpp").exists()
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["lookupkit.bench"]
+    for src in llamacpp._DRIVER_SOURCES:
+        assert src.is_file() and src.parent.relative_to(root / "bench").parts[0] == "llamacpp_driver"
+        rel = src.relative_to(root / "bench").as_posix()
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
