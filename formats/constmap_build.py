@@ -34,7 +34,7 @@ from numba import njit
 from lookupkit.errors import FormatError, InputError
 from lookupkit.formats.constmap import HEADER, HEADER_SIZE, MAGIC, MAX_SEGMENT_LENGTH, TRAILER_SIZE
 from lookupkit.formats.constmap_probe import check_of, fnv1a, key_hash, slots
-from lookupkit.kernels import GOLDEN
+from lookupkit.kernels import GOLDEN, SPLITMIX1, SPLITMIX2
 
 MAX_ITERATIONS = 100  # fastconstmap tries seeds for iterations 0..100, i.e. 101 seeds
 
@@ -88,8 +88,6 @@ def nbytes_for(n: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 # splitmix64's multipliers: fastconstmap's sequence of seeds
-_SM1 = np.uint64(0xBF58476D1CE4E5B9)
-_SM2 = np.uint64(0x94D049BB133111EB)
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
@@ -101,8 +99,8 @@ OK, DUPLICATE, FAILED = 0, 1, 2
 @njit(cache=True, inline="always")
 def _seed(state):
     """splitmix64's output for `state`: the seed fastconstmap tries next."""
-    z = (state ^ (state >> np.uint64(30))) * _SM1
-    z = (z ^ (z >> np.uint64(27))) * _SM2
+    z = (state ^ (state >> np.uint64(30))) * SPLITMIX1
+    z = (z ^ (z >> np.uint64(27))) * SPLITMIX2
     return z ^ (z >> np.uint64(31))
 
 

@@ -20,6 +20,9 @@ GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M2 = np.uint64(0xC2B2AE3D27D4EB4F)
 M3 = np.uint64(0x165667B19E3779F9)
 M4 = np.uint64(0xD6E8FEB86659FD93)
+# splitmix64's two output multipliers (Steele, Lea and Flood), also the higher orders' n-gram hash steps.
+SPLITMIX1 = np.uint64(0xBF58476D1CE4E5B9)
+SPLITMIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @kernel

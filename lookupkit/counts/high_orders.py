@@ -22,12 +22,10 @@ from numba import njit
 
 from ..errors import InputError
 from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT, OrderParams
-from ..kernels import GOLDEN, kernel
+from ..kernels import GOLDEN, SPLITMIX1, SPLITMIX2, kernel
 from ..rules import MAX_STATIC_ORDER as MAX_ORDER
 
 PART_ENTRIES = 1 << 27  # entries sorted at once: 128 Mi x 8 B = 1 GiB, and as much again to sort into
-_M2 = np.uint64(0xBF58476D1CE4E5B9)
-_M3 = np.uint64(0x94D049BB133111EB)
 
 
 def parse_orders(text: str) -> tuple[int, ...]:
@@ -61,13 +59,13 @@ def hash_start(n):
 
 @kernel
 def hash_step(h, token):
-    h = (h ^ np.uint64(np.uint32(token))) * _M2
+    h = (h ^ np.uint64(np.uint32(token))) * SPLITMIX1
     return h ^ (h >> np.uint64(31))
 
 
 @kernel
 def hash_final(h):
-    h *= _M3
+    h *= SPLITMIX2
     return h ^ (h >> np.uint64(29))
 
 
