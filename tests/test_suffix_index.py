@@ -95,6 +95,10 @@ def test_bad_input_is_one_clear_error():
         longest_match(index, [1, -1])
     with pytest.raises(InputError, match="min_share"):
         continuation(index, 0, 0, 1, min_share=0.0)
+    with pytest.raises(InputError, match="not what longest_match returns"):
+        continuation(index, 2, 0, 3)  # rows 0..2 do not share 2 tokens (row 0 is the SEPARATOR)
+    with pytest.raises(InputError, match="not what longest_match returns"):
+        continuation(index, 1, 0, 1)  # row 0's first token is the SEPARATOR
     with pytest.raises(InputError, match="0..16777214"):
         corpus_text([np.array([MAX_ID + 1])])
     with pytest.raises(InputError, match="corpus_text"):

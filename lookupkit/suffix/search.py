@@ -5,9 +5,10 @@ reference.py, and tests hold the two equal).
 longest_match: the occurrence of a pattern is monotone in its length (a suffix of an occurring suffix
 occurs), so the longest occurring suffix of the last max_len tokens is found by probing the whole window
 first (where text is being rewritten it occurs: one probe), then galloping (1, 2, 4, ...) and bisecting on
-the length; each probe narrows the SA range one token at a time from the first-token table (a binary
-search for the lower and the upper end per token), and a probe that fails stops where its pattern stops
-occurring, which on prose is after a few tokens.
+the length. Each probe narrows the SA range one token at a time: the first token from the first-token
+table, the second from the sample of second tokens (a contiguous array), each further one by a binary
+search for its block's start and a gallop to the block's end (blocks are small); a probe that fails stops
+where its pattern stops occurring, which on prose is after a few tokens.
 
 continuation: the rows of a range are sorted by the token after the match, so each next token's
 occurrences are one block. A token with share >= min_share of the N rows fills a block of at least
@@ -180,6 +181,18 @@ def _context(context: Sequence[int]) -> np.ndarray:
     return ctx
 
 
+def _is_match(index: SuffixIndex, length: int, lo: int, hi: int) -> bool:
+    """Whether rows [lo, hi) share their first `length` tokens, none a SEPARATOR: checking the first and the
+    last row suffices, the rows between being sorted (and it keeps the kernel's reads inside the text)."""
+    if hi == lo or length == 0:
+        return True
+    a, b = int(index.sa[lo]), int(index.sa[hi - 1])
+    if max(a, b) + length >= index.n:
+        return False
+    first = index.text[a:a + length]
+    return bool(np.array_equal(first, index.text[b:b + length]) and first.min() >= 0)
+
+
 def longest_match(index: SuffixIndex, context: Sequence[int], max_len: int = DEFAULT_MAX_LEN) -> tuple[int, int, int]:
     """(length, lo, hi): the longest suffix of `context` (at most max_len tokens) that occurs in the corpus,
     and the SA rows [lo, hi) of its occurrences; (0, 0, n) when not even its last token occurs."""
@@ -197,8 +210,9 @@ def continuation(index: SuffixIndex, length: int, lo: int, hi: int, max_tokens: 
     end; with its count and the step's total as evidence."""
     if not 0.0 < min_share <= 1.0:
         raise InputError(f"min_share must be in (0, 1], got {min_share}")
-    if not 0 <= lo <= hi <= index.n or length < 0:
-        raise InputError(f"rows [{lo}, {hi}) of a match of length {length} are not a range of this index")
+    if max_tokens < 0 or not (0 <= lo <= hi <= index.n and length >= 0 and _is_match(index, length, lo, hi)):
+        raise InputError(f"rows [{lo}, {hi}) of a match of length {length} are not what longest_match returns "
+                         f"on this index (or max_tokens {max_tokens} < 0)")
     out = (np.empty(max_tokens, np.int32), np.empty(max_tokens, np.int64), np.empty(max_tokens, np.int64))
     k = continuation_kernel(index.text, index.sa, int(length), int(lo), int(hi), int(max_tokens), float(min_share), *out)
     return Run(*(a[:k].copy() for a in out))
