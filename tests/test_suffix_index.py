@@ -8,14 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import needs
 from lookupkit.errors import InputError
 from lookupkit.suffix import SEPARATOR, build_index, continuation, corpus_text, longest_match
 from lookupkit.suffix import reference as ref
 from lookupkit.suffix.build import MAX_ID, divsufsort_sa, doubling_sa
 
-# pydivsufsort is the default builder but not yet a dependency (integration adds it): the search tests build
-# with the in-package doubling_sa, which test_both_builders_are_the_sorted_suffixes holds equal to it.
+# The search tests build with the in-package doubling_sa, which test_both_builders_are_the_sorted_suffixes
+# holds equal to pydivsufsort's array (the default builder).
 BIG = 2**18 - 3  # ids near Gemma 3's vocabulary size (262,144)
 
 
@@ -34,7 +33,6 @@ near_big = [BIG - 1, BIG, BIG + 1, BIG + 2, 7]
 @settings(max_examples=150, deadline=None)
 @given(docs=st.one_of(docs_strategy(small), docs_strategy(near_big), docs_strategy([5])))
 def test_both_builders_are_the_sorted_suffixes(docs):
-    needs.module("pydivsufsort", "pip install pydivsufsort")
     text = corpus_text([np.array(d, np.int64) for d in docs])
     expect = ref.suffix_array(text)
     assert np.array_equal(divsufsort_sa(text), expect)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import needs
 from lookupkit.errors import FormatError, InputError
 from lookupkit.suffix import build_index, continuation, corpus_text, longest_match
 from lookupkit.suffix.build import doubling_sa
@@ -40,7 +39,6 @@ def test_damage_is_a_format_error(tmp_path):
 
 @pytest.mark.parametrize("cut", [1, 7, 1000, 10**6])
 def test_build_file_writes_the_file_save_writes(tmp_path, cut):
-    needs.module("pydivsufsort", "pip install pydivsufsort")
     rng = np.random.default_rng(cut)
     text = corpus_text([rng.integers(0, 30, 2500), np.zeros(0, np.int64), rng.integers(2**18 - 40, 2**18, 700)])
     save(build_index(text, builder=doubling_sa), tmp_path / "a")
@@ -50,7 +48,6 @@ def test_build_file_writes_the_file_save_writes(tmp_path, cut):
 
 
 def test_build_file_of_an_empty_corpus_and_bad_chunks(tmp_path):
-    needs.module("pydivsufsort", "pip install pydivsufsort")
     build_file([], 0, tmp_path / "e")
     assert open_index(tmp_path / "e").n == 0 and longest_match(open_index(tmp_path / "e"), [1]) == (0, 0, 0)
     with pytest.raises(InputError, match="ending in SEPARATOR"):
