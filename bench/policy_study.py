@@ -5,7 +5,7 @@ verify cost C it is asked to draft for, replaying the WikiText-103 test split (q
 8 drafted tokens per call) with static caches of 0/25/100/541 MB of ../shared/corpora/wiki541.txt.zst
 built with orders 2 (llama.cpp's file) and 2-6 (lookupkit's), and on code: a cache of this Python's
 standard library (gpt-2 vocabulary) replaying the sources of an installed package the corpus excludes.
-The policy's confidence tables are the bundled ones (bench.tune_policy: learnt on a held-out slice,
+The policy's confidence tables are the bundled ones (`lookupkit tune-policy`: learnt on a held-out slice,
 never on these replays). Timing cells are medians of `--runs` replays (min-max kept); build times are
 `lookup-create --tokens` from the same ids, so the ratio is that of the counting and writing alone.
 Results go to bench/results/policy-<date>.json and a table on stdout (bench/RESULTS.md quotes it).

@@ -47,3 +47,27 @@ def test_the_first_two_commands_are_the_demo_and_the_test_suite():
     first = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1).splitlines()
     assert "lookupkit demo" in first[0] and "python3 -m pytest -q" in first[1]
     assert (ROOT / ".ci" / "run").read_text().rstrip().endswith("python3 -m pytest -q")
+
+
+def _code(text: str) -> list[str]:
+    """The README's commands: its bash blocks and `code spans`."""
+    return re.findall(r"```bash\n(.*?)```", text, flags=re.S) + re.findall(r"`([^`\n]+)`", text)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "bench/RESULTS.md"])
+def test_every_documented_command_exists(doc):
+    """Each `lookupkit COMMAND` the docs name is a command of the umbrella, and each `python -m MODULE` exists
+    (tune-policy moved from bench/ into the library: no doc may send a user to the old place)."""
+    import importlib.util
+
+    import typer.main
+
+    from lookupkit.cli.main import app
+
+    commands = set(typer.main.get_command(app).commands)
+    code = "\n".join(_code((ROOT / doc).read_text(encoding="utf-8")))
+    named = set(re.findall(r"(?:^|[\s(])lookupkit ([a-z][a-z-]*)", code, flags=re.M))
+    assert named <= commands, sorted(named - commands)
+    modules = set(re.findall(r"python3? -m (lookupkit[\w.]*)", code))
+    assert modules and all(importlib.util.find_spec(m) is not None for m in modules), sorted(modules)
+    assert "tune_policy" not in code

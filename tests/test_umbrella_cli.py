@@ -97,3 +97,53 @@ def test_bench_refuses_bad_flags_before_running(tmp_path):
         assert r.returncode == 2 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert fragment in r.stderr
     assert not any((tmp_path / "out").iterdir())  # nothing measured, nothing written
+
+
+def test_tune_policy_learns_the_tables_confidence_learns_and_refuses_bad_input(tmp_path):
+    """`lookupkit tune-policy` on a tiny input: the tables it writes are confidence.learn's on the same slice
+    (and learn_generations' on a generations file), with what they were learnt on; bad input is one line."""
+    from typer.testing import CliRunner
+
+    from cli_checks import assert_one_line_error
+    from lookupkit import StaticCache
+    from lookupkit.cli.create import app as create_app
+    from lookupkit.cli.main import app
+    from lookupkit.draft import confidence
+    from test_policy import phrase_stream
+
+    corpus, held = tmp_path / "corpus.i32", tmp_path / "held.i32"
+    phrase_stream(1, n=20_000).astype("<i4").tofile(corpus)
+    ids = phrase_stream(2, n=12_000)
+    ids.astype("<i4").tofile(held)
+    runner = CliRunner()
+    built = runner.invoke(create_app, ["--tokens", str(corpus), "--orders", "2-5", "-lcs", str(tmp_path / "c.lkc")])
+    assert built.exit_code == 0, built.output
+    out = tmp_path / "tables.json"
+    r = runner.invoke(app, ["tune-policy", "--cache", str(tmp_path / "c.lkc"), "--tokens", str(held), "--slice",
+                            "1000:10000", "-c", "512", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"wrote {out}: learnt on 10,000 held-out tokens with c.lkc (orders [2, 3, 4, 5])")
+    with StaticCache.open(tmp_path / "c.lkc") as cache:
+        want = confidence.learn(ids[1000:11000], 512, static=cache)
+        gens = {"model": "tiny", "text": "test", "seed": 0,
+                "sequences": [{"task": "wiki", "prompt_len": 100, "tokens": ids[:3000].tolist()},
+                              {"task": "copy", "prompt_len": 50, "tokens": ids[3000:5000].tolist()},
+                              {"task": "wiki", "prompt_len": 80, "tokens": ids[5000:8000].tolist()}]}
+        want_gens = confidence.learn_generations([ids[:3000], ids[5000:8000]], [100, 80], static=cache)
+    got = confidence.load(out)
+    assert all(np.allclose(g, w, atol=1e-6) for g, w in zip(got, want))
+    assert json.loads(out.read_text())["about"]["n_ctx"] == 512
+    (tmp_path / "gens.json").write_text(json.dumps(gens))
+    r = runner.invoke(app, ["tune-policy", "--cache", str(tmp_path / "c.lkc"), "--generations",
+                            str(tmp_path / "gens.json"), "--task", "wiki", "-o", str(tmp_path / "g.json")])
+    assert r.exit_code == 0, r.output
+    assert all(np.allclose(g, w, atol=1e-6) for g, w in zip(confidence.load(tmp_path / "g.json"), want_gens))
+    base = ["tune-policy", "--cache", str(tmp_path / "c.lkc"), "-o", str(tmp_path / "x.json")]
+    for args, fragment in [([], "exactly one of --tokens"),
+                           (["--tokens", str(held), "--generations", str(tmp_path / "gens.json")], "exactly one of"),
+                           (["--tokens", str(held), "--slice", "5:x"], "--slice takes START:COUNT"),
+                           (["--tokens", str(held), "--slice", "11000:5000"], f"reaches past the {len(ids):,} tokens"),
+                           (["--generations", str(tmp_path / "gens.json"), "--task", "chat"], "--task is one of"),
+                           (["--generations", str(held)], "is not a generations file")]:
+        assert_one_line_error(runner.invoke(app, base + args), fragment)
+    assert not (tmp_path / "x.json").exists()

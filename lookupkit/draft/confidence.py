@@ -8,7 +8,7 @@ by `prior` pseudo-observations (sparse bins say little) and then made non-decrea
 of the evidence agreeing never makes a candidate less likely) by isotonic regression, which keeps each
 bin's average calibrated where a running maximum would inflate noisy bins (measured: the policy then
 drafted as if verification were ~1.3x dearer than it was). Tables are JSON: the bundled default
-(lookupkit/data/policy-default.json) was learnt by `python -m lookupkit.bench.tune_policy` on text held
+(lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (draft.tuning) on text held
 out from every evaluation; learn your own for another domain.
 """
 
@@ -193,7 +193,7 @@ def load(path: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]
     Drafter, server slot and sweep point asks for it)."""
     if path is None:
         return _default()
-    remedy = "learn one with python -m lookupkit.bench.tune_policy"
+    remedy = "learn one with lookupkit tune-policy"
     try:
         with open_input(path, "policy table") as f:
             doc = json.loads(f.read().decode("utf-8"))

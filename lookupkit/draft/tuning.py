@@ -1,0 +1,106 @@
+"""Tune the policy's confidence tables for a domain or a model: `lookupkit tune-policy`.
+
+draft.confidence learns tables from token ids; this module is the user's job around it: pick the held-out
+text (a slice of token ids, or a model's own greedy generations, of which only generated positions are
+scored, as an engine drafts there), learn with a static cache built with `lookup-create --orders`, and
+write the tables with an `about` record of what they were learnt on, so that a table can be traced back.
+
+The bundled default (lookupkit/data/policy-default.json) was learnt with
+
+    lookupkit tune-policy --cache wiki100-orders.lkc --tokens wiki541.qwen2.i32 \\
+        --slice 60000000:400000 -o lookupkit/data/policy-default.json
+
+where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of
+../shared/corpora/wiki541.txt.zst (qwen2) and the slice (tokens 60,000,000 .. 60,400,000 of the whole
+corpus's ids, about bytes 265-267 MB) lies outside those 100 MB: the tables never see text their cache
+was built from, and never the WikiText-103 test split every evaluation replays (the corpus excludes
+its articles). Gemma 3 270M's table was learnt on its generations (`python -m lookupkit.bench.generations`)
+with `--task wiki`: tables learnt on a mixture with the copying task, where almost every source is
+right, were overconfident on prose continuations (held-out replay with the calibrated curve, paragraphs
+16-31 of the test split, tables tuned on 0-15: S = 1.95 mixed against 2.42 wiki-only on the continuation
+task, 3.67 both on the copying task; llama.cpp's rule 1.80 and 2.88).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from ..files import open_input
+from . import confidence
+
+TASKS = ("wiki", "copy")  # the tasks of bench/generations.py's prompts
+
+
+def parse_slice(text: str) -> tuple[int, int]:
+    """--slice START:COUNT as two whole numbers (COUNT >= 1)."""
+    try:
+        start, count = (int(x) for x in text.split(":"))
+    except ValueError:
+        start = count = -1
+    if start < 0 or count < 1:
+        raise InputError(f"--slice takes START:COUNT (whole numbers, COUNT >= 1), got {text!r}")
+    return start, count
+
+
+def sliced(ids: np.ndarray, slice_: str | None, name: str) -> np.ndarray:
+    """ids, or their START:COUNT slice."""
+    if slice_ is None:
+        return ids
+    start, count = parse_slice(slice_)
+    if start + count > len(ids):
+        raise InputError(f"--slice {slice_} reaches past the {len(ids):,} tokens of {name}")
+    return ids[start:start + count]
+
+
+def generations(path: str | os.PathLike, task: str | None = None) -> tuple[dict, list[np.ndarray], list[int]]:
+    """A model's generations (`python -m lookupkit.bench.generations`' JSON): the document, the kept
+    sequences and their prompt lengths."""
+    if task is not None and task not in TASKS:
+        raise InputError(f"--task is one of {', '.join(TASKS)}, got {task!r}")
+    try:
+        with open_input(path, "generations file") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+        kept = [g for g in doc["sequences"] if task is None or g["task"] == task]
+        seqs = [np.asarray(g["tokens"], np.int32) for g in kept]
+        lens = [int(g["prompt_len"]) for g in kept]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path} is not a generations file of python -m lookupkit.bench.generations "
+                         f"({type(exc).__name__}: {exc})") from None
+    if not seqs:
+        raise InputError(f"{path} holds no sequences" + (f" of task {task}" if task else ""))
+    return doc, seqs, lens
+
+
+def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens", generations_file=None,
+         task: str | None = None, slice_: str | None = None, n_ctx: int = 4096) -> tuple[tuple, dict]:
+    """Learn tables with the StaticCache `cache` on held-out token ids (`tokens`, read from the file named
+    `tokens_name`) or on a model's generations (a file); returns (tables, about) for confidence.save."""
+    if (tokens is None) == (generations_file is None):
+        raise InputError("give exactly one of --tokens (held-out ids) or --generations (a model's generations)")
+    if generations_file is not None:
+        if slice_ is not None:
+            raise InputError("--slice cuts --tokens; with --generations choose sequences with --task")
+        doc, seqs, lens = generations(generations_file, task)
+        ids = np.concatenate(seqs)
+        tables = confidence.learn_generations(seqs, lens, static=cache)
+        method = (f"model generations: {len(seqs)} sequences of {doc.get('model')} ({doc.get('text')}, seed "
+                  f"{doc.get('seed')}, task {task or 'all'}); first half: per-source tables; second half: "
+                  "agreement table; generated positions only")
+    else:
+        if task is not None:
+            raise InputError("--task chooses sequences of --generations; it does not apply to --tokens")
+        ids = sliced(tokens, slice_, tokens_name)
+        tables = confidence.learn(ids, n_ctx, static=cache)
+        method = "first half: per-source tables; second half: agreement table"
+    about = {"cache": cache.path.name if cache.path else None, "cache_orders": cache.orders,
+             "cache_corpus": cache.meta.get("corpus"), "orders_params": cache.meta.get("orders"),
+             "tokens": Path(generations_file or tokens_name).name, "slice": slice_, "n_tokens": int(len(ids)),
+             "sha256_of_ids": hashlib.sha256(np.ascontiguousarray(ids).data).hexdigest(), "n_ctx": n_ctx,
+             "method": method}
+    return tables, about
