@@ -13,6 +13,15 @@ from lookupkit.errors import InputError
 from lookupkit.cli.common import guarded
 
 
+EXAMPLES = """Examples:
+
+\b
+  lookupkit bench --quick --no-llamacpp   # the pipeline on ../shared/reference data
+  lookupkit bench                         # the full study (../shared/corpora; long)
+  lookupkit bench --report bench/results/2026-12-01-vm.json --out-dir /tmp/report   # re-render report and plots
+"""
+
+
 @guarded
 def bench(
     quick: bool = typer.Option(False, "--quick", help="A small study on ../shared/reference data (under a minute)."),
@@ -86,4 +95,4 @@ def _results_file(path: Path, flag: str = "--report") -> Path:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench")(bench)
+    app.command("bench", epilog=EXAMPLES)(bench)

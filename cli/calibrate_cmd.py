@@ -16,6 +16,17 @@ from lookupkit.rules import MAX_DRAFT
 from lookupkit.cli.common import guarded, print_json
 
 
+EXAMPLES = """Examples:
+
+\b
+  lookupkit calibrate -m gemma-3-270m -o gemma.curve.json
+  lookupkit calibrate -m model.gguf --max-k 64 --threads 2 -o curve.json
+  lookup-stats -f eval.txt -lcs wiki.lkc --verify-cost curve.json   # the curve in use
+
+Needs llama-cpp-python (pip install 'lookupkit[llama]').
+"""
+
+
 @guarded
 def calibrate(
     model: str = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="The GGUF model to measure, or a "
@@ -51,4 +62,4 @@ def calibrate(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("calibrate")(calibrate)
+    app.command("calibrate", epilog=EXAMPLES)(calibrate)

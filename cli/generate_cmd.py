@@ -28,6 +28,17 @@ class PolicyName(str, Enum):
     lookupkit = "lookupkit"
 
 
+EXAMPLES = """Examples:
+
+\b
+  lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -f prompt.txt
+  lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -p 'The Roman Empire' -n 128 --json
+  lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -f prompt.txt --policy lookupkit --verify-cost gemma.curve.json --draft 64
+
+Needs llama-cpp-python (pip install 'lookupkit[llama]').
+"""
+
+
 @guarded
 def generate_cmd(
     model: str = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "
@@ -180,4 +191,4 @@ def _print(r: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("generate")(generate_cmd)
+    app.command("generate", epilog=EXAMPLES)(generate_cmd)

@@ -11,6 +11,15 @@ from lookupkit.errors import InputError
 from lookupkit.cli.common import guarded, print_json
 
 
+EXAMPLES = """Examples:
+
+\b
+  lookupkit model --list
+  lookupkit model gemma-3-270m          # prints the GGUF's path
+  GEMMA=$(lookupkit model gemma-3-270m)
+"""
+
+
 @guarded
 def model_cmd(
     name: Optional[str] = typer.Argument(None, metavar="NAME", help="A registered model (see --list)."),
@@ -40,4 +49,4 @@ def model_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("model")(model_cmd)
+    app.command("model", epilog=EXAMPLES)(model_cmd)

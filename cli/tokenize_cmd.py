@@ -18,6 +18,17 @@ from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.cli.create import Cut, _tokenizer
 
 
+EXAMPLES = """Examples:
+
+\b
+  lookupkit tokenize -f corpus.txt -m ggml-vocab-qwen2.gguf -o ids.i32
+  lookupkit tokenize -f wiki541.txt.zst -m qwen2.gguf --max-bytes 25MB -o wiki25.i32
+  lookupkit tokenize --default-corpus -o stdlib.i32 --json
+
+The ids are lookup-create's (BOS and special tokens as llama.cpp adds them): lookup-create --tokens reads them.
+"""
+
+
 @guarded
 def tokenize(
     out: Path = typer.Option(..., "-o", "--output", metavar="OUT", help="Output: raw little-endian int32 ids."),
@@ -44,4 +55,4 @@ def tokenize(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tokenize")(tokenize)
+    app.command("tokenize", epilog=EXAMPLES)(tokenize)

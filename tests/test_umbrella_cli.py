@@ -147,3 +147,32 @@ def test_tune_policy_learns_the_tables_confidence_learns_and_refuses_bad_input(t
                            (["--generations", str(held)], "is not a generations file")]:
         assert_one_line_error(runner.invoke(app, base + args), fragment)
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_demos_verdicts_name_what_each_comparison_is_against():
+    """A static cache that lowers the speed-up against drafting from the context alone, while drafting with it
+    still beats plain decoding, reads as two statements about two baselines, not as a contradiction."""
+    from lookupkit.cli.demo import _policy_verdict, _verdict
+    from lookupkit.draft.policy import DEFAULT_COST
+
+    without = {"tokens_per_verify": 1.30, "accept": 40.0, "speedup": 1.25, "n_drafted": 900}
+    with_cache = {"tokens_per_verify": 1.35, "accept": 20.0, "speedup": 1.10, "break_even_cost": 0.22, "n_drafted": 3000}
+    text = _verdict(without, with_cache)
+    assert "against drafting from the context alone, raises the tokens per verify call" in text
+    assert f"so adding it does not pay at C = {DEFAULT_COST}" in text
+    assert f"Against plain decoding (no drafting), drafting with it pays at C = {DEFAULT_COST} and would up to C = 0.22" in text
+    assert "does not pay" in _verdict(without, {**with_cache, "speedup": 0.9}).split("Against plain decoding")[1]
+    policy = {"speedup": 1.3, "n_drafted": 500, "accept": 60.0}
+    assert "against llama.cpp's rule on the same caches, pays more: expected speed-up over plain decoding 1.100x -> 1.300x" in (
+        _policy_verdict(with_cache, policy))
+
+
+@pytest.mark.parametrize("command", ["demo", "tokenize", "calibrate", "generate", "model", "bench", "tune-policy"])
+def test_the_umbrella_commands_share_lookup_creates_help_style_with_examples(command):
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.main import app
+
+    text = CliRunner().invoke(app, [command, "--help"]).output
+    assert "Examples:" in text and f"lookupkit {command}" in text.split("Examples:")[1]
+    assert not set("╭╮╰╯│─") & set(text)  # plain text, as lookup-create and lookup-stats print it
