@@ -160,7 +160,8 @@ def compare_section(data: dict) -> list[str]:
     m = data.get("machine", {})
     load = f"load {m.get('loadavg_at_start', ['?'])[0]:.2f} at start, {m.get('loadavg_at_end', ['?'])[0]:.2f} at end" \
         if m.get("loadavg_at_end") else ""
-    out = ["## Start-up before/after", "",
+    th = cmp.get("threads", 2)
+    out = [f"## Start-up before/after, the model on {th} thread{'s' if th != 1 else ''}", "",
            f"Fresh `python -c` processes, each tree laid out as pip installs it, its numba cache filled first; "
            f"times inside the child, median (min–max) of {cmp['runs']} interleaved rounds; {m.get('cores')} cores, "
            f"{load}. Static cache `{Path(cmp['cache']).name}` ({cmp['cache_bytes'] / MB:.0f} MB); model "
@@ -195,11 +196,11 @@ def compare_section(data: dict) -> list[str]:
     return out + [""]
 
 
-def write_compare(data: dict, path: Path) -> None:
-    """bench/STARTUP.md from a startup_compare result (written atomically)."""
+def write_compare(runs: list[dict], path: Path) -> None:
+    """bench/STARTUP.md from startup_compare results, one section each (written atomically)."""
     from lookupkit.files import atomic_writer
 
     text = "\n".join(["# Start-up", "", "Written by `python -m lookupkit.bench.startup_compare` "
-                      "(bench/results/startup-compare-*.json).", "", *compare_section(data)])
+                      "(bench/results/startup-compare-*.json).", "", *(ln for d in runs for ln in compare_section(d))])
     with atomic_writer(path) as f:
         f.write(text.encode())

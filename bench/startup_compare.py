@@ -19,7 +19,8 @@ are taken inside the child (perf_counter from its first line), so the interprete
 
     python -m lookupkit.bench.startup_compare --tree /work/startup-before --runs 7
 
-writes bench/results/startup-compare-<date>-<host>.json and bench/STARTUP.md (bench.report_startup).
+writes bench/results/startup-compare-<date>-<host>-t<threads>.json and bench/STARTUP.md (bench.report_startup:
+one section per --threads run of that day).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ MODEL = r'''
 import json, sys, threading, time
 import numpy as np
 import llama_cpp
-mode, model_path, cache_path, prompt_path = sys.argv[1:5]
+mode, model_path, cache_path, prompt_path, threads = sys.argv[1:6]
 text = open(prompt_path, encoding="utf-8").read()
-kw = dict(n_ctx=2048, n_threads=2, n_threads_batch=2, flash_attn=True, swa_full=False, verbose=False)
+kw = dict(n_ctx=2048, n_threads=int(threads), n_threads_batch=int(threads), flash_attn=True, swa_full=False,
+          verbose=False)
 t0 = time.perf_counter()
 if mode.endswith("-inline"):
     from lookupkit import warmup
@@ -104,7 +106,7 @@ def prepare_trees(tmp: Path, trees: dict[str, Path], log) -> dict[str, dict]:
     return out
 
 
-def probes(trees: dict, cache: Path, tokens: Path, model: Path | None, prompt: Path) -> list[tuple]:
+def probes(trees: dict, cache: Path, tokens: Path, model: Path | None, prompt: Path, threads: int) -> list[tuple]:
     """(tree, probe, code, args) for every measurement; the engine alone once (no lookupkit in it)."""
     first = next(iter(trees))
     out = [(first, "import numpy", IMPORT, ["numpy"])]
@@ -112,7 +114,7 @@ def probes(trees: dict, cache: Path, tokens: Path, model: Path | None, prompt: P
         out += [(name, "import lookupkit", IMPORT, ["lookupkit"]),
                 (name, "import → first draft (warm)", CHILD, ["first-draft", str(cache), str(tokens)])]
     if model is not None:
-        margs = [str(model), str(cache), str(prompt)]
+        margs = [str(model), str(cache), str(prompt), str(threads)]
         out.append((first, "engine", MODEL, ["engine", *margs]))
         for name in trees:
             out += [(name, "generate", MODEL, ["generate", *margs]), (name, "hook", MODEL, ["hook", *margs])]
@@ -122,7 +124,7 @@ def probes(trees: dict, cache: Path, tokens: Path, model: Path | None, prompt: P
 
 
 def run_compare(trees: dict[str, Path], runs: int, cache: Path, tokens: Path = EVAL, model: Path | None = None,
-                log=log_default) -> dict:
+                threads: int = 2, log=log_default) -> dict:
     with tempfile.TemporaryDirectory(prefix="lookupkit-startup-compare-") as tmp_s:
         tmp = Path(tmp_s)
         cwd = tmp / "cwd"
@@ -132,7 +134,7 @@ def run_compare(trees: dict[str, Path], runs: int, cache: Path, tokens: Path = E
             "The Roman Empire was the post-Republican state of ancient Rome. " * 40
         prompt.write_text(text, encoding="utf-8")
         info = prepare_trees(tmp, trees, log)
-        plan = probes(info, cache, tokens, model, prompt)
+        plan = probes(info, cache, tokens, model, prompt, threads)
         log("start-up compare: filling each tree's numba cache (untimed)")
         for tree, name, code, args in plan:
             if not name.startswith("import "):
@@ -147,7 +149,7 @@ def run_compare(trees: dict[str, Path], runs: int, cache: Path, tokens: Path = E
     first = next(iter(info))
     engine = [x["t_s"] for x in results[first].get("engine", [])]
     out = {"runs": runs, "cache": str(cache), "cache_bytes": cache.stat().st_size, "tokens": str(tokens),
-           "model": str(model) if model else None, "prompt_chars": len(text), "trees": {}}
+           "model": str(model) if model else None, "threads": threads, "prompt_chars": len(text), "trees": {}}
     for tree, probes_ in results.items():
         rows = {}
         for name, xs in probes_.items():
@@ -178,6 +180,8 @@ def main(argv=None) -> None:
     p.add_argument("--cache", type=Path, default=SMALL_CACHE, help="a small static cache of the model's vocabulary")
     p.add_argument("--tokens", type=Path, default=EVAL)
     p.add_argument("--no-model", action="store_true", help="leave out the model load → first draft rows")
+    p.add_argument("--threads", type=int, default=2, help="the model's threads (2 = every core here: the load then "
+                   "leaves no core to a background warm-up)")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--report", type=Path, default=REPO / "bench" / "STARTUP.md")
     a = p.parse_args(argv)
@@ -188,15 +192,16 @@ def main(argv=None) -> None:
     warm_file(a.cache)
     data = {"machine": machine(), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "command": "python -m lookupkit.bench.startup_compare " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "compare": run_compare(trees, a.runs, a.cache, a.tokens, None if a.no_model else default_model())}
+            "compare": run_compare(trees, a.runs, a.cache, a.tokens, None if a.no_model else default_model(), a.threads)}
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     data["machine"]["loadavg_at_end"] = os.getloadavg()
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    out = a.out_dir / f"startup-compare-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}.json"
+    stem = f"startup-compare-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}"
+    out = a.out_dir / f"{stem}-t{a.threads}.json"
     out.write_text(json.dumps(data, indent=1))
     from lookupkit.bench.report_startup import write_compare
 
-    write_compare(data, a.report)
+    write_compare([json.loads(f.read_text()) for f in sorted(a.out_dir.glob(f"{stem}-t*.json"))], a.report)
     print(out)
     print(a.report)
 

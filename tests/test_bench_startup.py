@@ -113,5 +113,7 @@ def test_the_before_after_table_and_its_targets_rest_on_the_measurements(tmp_pat
                        "hook: lookupkit adds ≤ 50 ms to model load → first draft": "**no**"}
     after["import lookupkit"] = _probe(2, numba=True)  # fast but it imported numba: not met
     assert "vs 65.0 ms, numba yes | **no** |" in "\n".join(compare_section(data))
-    write_compare(data, tmp_path / "STARTUP.md")
-    assert (tmp_path / "STARTUP.md").read_text().startswith("# Start-up")
+    one = {**data, "compare": {**data["compare"], "threads": 1}}
+    write_compare([data, one], tmp_path / "STARTUP.md")
+    text = (tmp_path / "STARTUP.md").read_text()
+    assert text.startswith("# Start-up") and "model on 2 threads" in text and "model on 1 thread" in text
