@@ -27,7 +27,7 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="A small study on ../shared/reference data (under a minute)."),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="Corpus prefixes, comma-separated (MB of text; "
                                         "thousands of tokens with --quick); 0 = no static cache."),
-    runs: Optional[int] = typer.Option(None, "--runs", min=1, max=50, help="Runs per cell (default 3; 2 with --quick)."),
+    runs: Optional[int] = typer.Option(None, "--runs", min=1, max=50, help="Runs per cell (default: the study's own, fewer with --quick)."),
     no_llamacpp: bool = typer.Option(False, "--no-llamacpp", help="Skip the llama.cpp side."),
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where results JSON, RESULTS.md and plots go "
                                            "(default: the repo's bench/ for the full study)."),
@@ -54,9 +54,9 @@ def bench(
         if not SHARED.is_dir():
             raise InputError(f"the benchmark reads its corpora from {SHARED}, which does not exist")
         kw = {"llamacpp": not no_llamacpp, "results_dir": base / "results", "startup": not no_startup}
-        if runs:
-            kw["runs"] = runs
         cfg = StudyConfig.quick(**kw) if quick else StudyConfig.full(**kw)
+        if runs:  # set after the preset, which fixes its own runs (passing it in collided with the quick one's)
+            cfg.runs = runs
         if size_list is not None:
             cfg.sizes = size_list
         results = Study(cfg, log=lambda m: typer.echo(m, err=True)).run_all()

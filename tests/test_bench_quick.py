@@ -146,3 +146,29 @@ def test_report_startup_targets_are_not_met_by_absent_scenarios():
     assert _target(report, "import to first draft ≤ 300 ms")[2] == "not measured"  # no installed-copy figure
     assert _target(report, "first compile ≤ 20 s")[2] == "not measured"
     assert _target(report, "compile cache kept")[2] == "not measured"
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_runs_overrides_either_preset(tmp_path, monkeypatch, quick):
+    """`lookupkit bench [--quick] --runs N` sets N (it once collided with the quick preset's own runs)."""
+    from typer.testing import CliRunner
+
+    import lookupkit.bench.study as study
+    from lookupkit.cli.main import app
+    from lookupkit.errors import LookupkitError
+
+    seen = []
+
+    class Stop(study.Study):
+        def __init__(self, cfg, log):
+            seen.append(cfg)
+
+        def run_all(self):
+            raise LookupkitError("stopped before measuring")
+
+    monkeypatch.setattr(study, "Study", Stop)
+    monkeypatch.setattr(study, "SHARED", tmp_path)  # exists: the shared-data check passes
+    args = ["bench", "--runs", "5", "--out-dir", str(tmp_path)] + (["--quick"] if quick else [])
+    r = CliRunner().invoke(app, args)
+    assert "stopped before measuring" in r.output and "Traceback" not in r.output
+    assert [c.runs for c in seen] == [5] and seen[0].name == ("quick" if quick else "full")
