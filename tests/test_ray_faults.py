@@ -17,9 +17,9 @@ import needs  # noqa: E402
 
 ray = needs.module("ray", "pip install 'lookupkit[ray]'")
 
-from lookupkit.build import build_static  # noqa: E402
-from lookupkit.corpora import TokenFile, parallel  # noqa: E402
-from lookupkit.distributed import ray_build  # noqa: E402
+from lookupkit.build import build_static, parallel  # noqa: E402
+from lookupkit.build import ray_tasks as ray_build  # noqa: E402
+from lookupkit.corpora import TokenFile  # noqa: E402
 from lookupkit.errors import LookupkitError  # noqa: E402
 
 

@@ -231,9 +231,9 @@ def merge_cmd(*args):
 
 
 def parts_of(path: Path) -> dict:
-    from lookupkit.cli.merge import read_any
+    from lookupkit.build.merge import read_ngrams
 
-    return read_any(path)[0].to_dict()
+    return read_ngrams(path).to_dict()
 
 
 def summed(*caches: dict) -> dict:

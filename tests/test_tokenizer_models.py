@@ -115,20 +115,21 @@ def test_gemma_encode_chunks_small_chunks(seed):
 
 def test_gemma_store_path_with_small_segments(monkeypatch, tmp_path):
     """lookup-create's path: 4 KB segments cut at the store's checkpoints, same ids as one encode."""
-    from lookupkit.corpora import TextFile, tokenized as tk
-    from lookupkit.corpora.stream import Budget
+    from lookupkit.build import tokenized as tk
+    from lookupkit.corpora import TextFile
+    from lookupkit.corpora.stream import TextBudget
 
     src = tmp_path / "wiki.txt"
     src.write_text(wiki_text()[:300_000] + "\n", encoding="utf-8")
     monkeypatch.setattr(tk, "SEGMENT_BYTES", 4096)
-    doc = tk.tokenize_source(TextFile(src), Budget(None), gemma(), None)
+    doc = tk.tokenize_source(TextFile(src), TextBudget(None), gemma(), None)
     got = np.concatenate(list(doc.arrays()))
     assert np.array_equal(got, gemma().encode(wiki_text()[:300_000]))
 
 
 def test_cuts_skip_newline_runs():
     """A vocabulary with "\\n\\n" tokens: a cut is never placed inside a newline run."""
-    from lookupkit.corpora.tokenized import next_cut as cut_at
+    from lookupkit.build.tokenized import next_cut as cut_at
 
     b = b"ab\n\nCd\n\n\nEf\nGh\n Ij"
     cuts = []
@@ -227,7 +228,7 @@ def test_refused_vocab_through_llama_cpp(name):
     assert tok.encode(text).tolist() == llama_ids(path, text, True, True)
     with pytest.raises(InputError, match="whole texts"):
         tok.encode_segment(text, first=True, last=False)
-    from lookupkit.corpora.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
+    from lookupkit.build.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
     assert tokenizer_mode(tok).endswith(f":llama-cpp-python={tok.version}")
 
 

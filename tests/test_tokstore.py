@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from lookupkit.tokenizer import store as tokstore
-from lookupkit.corpora import Budget, TextFile
-from lookupkit.corpora import tokenized
-from lookupkit.corpora.tokenized import tokenize_source
+from lookupkit.corpora import TextBudget, TextFile
+from lookupkit.build import tokenized
+from lookupkit.build.tokenized import tokenize_source
 from lookupkit.errors import FormatError
 from lookupkit.tokenizer.encode import Tokenizer
 from lookupkit.tokenizer.store import Checkpoint, Entry, TokenStore
@@ -61,7 +61,7 @@ def gpt2():
 
 
 def build(path, tok, store, limit=None, cut="line"):
-    return tokenize_source(TextFile(path), Budget(limit, cut), tok, store)
+    return tokenize_source(TextFile(path), TextBudget(limit, cut), tok, store)
 
 
 # -- entries ----------------------------------------------------------------------------------
