@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf", reason="the gguf package (to write the tiny model) is not installed")
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+import needs  # noqa: E402
+
+gguf = needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)")
+llama_cpp = needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
 
 from lookupkit import Drafter, StaticCache, Tokenizer  # noqa: E402
 from lookupkit.draft.confidence import load as load_tables  # noqa: E402

@@ -14,8 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("gguf", reason="the gguf package (to write the tiny model) is not installed")
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install 'lookupkit[llama]'")
+import needs  # noqa: E402
+
+needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)")
+llama_cpp = needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
 
 from lookupkit import StaticCache, Tokenizer  # noqa: E402
 from lookupkit.errors import FormatError, InputError, VocabMismatchError  # noqa: E402

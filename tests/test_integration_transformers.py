@@ -13,9 +13,10 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed: pip install 'lookupkit[transformers]'")
-transformers = pytest.importorskip("transformers", reason="transformers is not installed: "
-                                   "pip install 'lookupkit[transformers]'")
+import needs  # noqa: E402
+
+torch = needs.module("torch", "pip install torch==2.13.0 (the CPU build), then 'lookupkit[transformers]'")
+transformers = needs.module("transformers", "pip install torch==2.13.0, then 'lookupkit[transformers]'")
 
 from lookupkit import StaticCache, Tokenizer  # noqa: E402
 from lookupkit.errors import InputError, VocabMismatchError  # noqa: E402
