@@ -61,9 +61,12 @@ WRAP = ("import atexit, json, sys; atexit.register(lambda: print(json.dumps({'nu
         "sys.argv = ['lookupkit', *sys.argv[1:]]; from lookupkit.cli.main import main; main()")
 
 
-@pytest.mark.xfail(strict=True, reason="static/cache.py imports numba at module level (its own kernels, .lookup, "
-                   ".keyrecovery), and cli/main.py imports every command module (demo, tokenize_cmd load kernels)")
-@pytest.mark.parametrize("command", ["inspect", "convert", "open"])
+NOT_YET = pytest.mark.xfail(strict=True, reason="cli/main.py imports every command module (demo, tokenize_cmd "
+                            "load kernels)")
+
+
+@pytest.mark.parametrize("command", [pytest.param("inspect", marks=NOT_YET), pytest.param("convert", marks=NOT_YET),
+                                     "open"])
 def test_commands_that_need_no_kernel_import_no_numba(command, small_cache, tmp_path):
     if command == "open":
         out = fresh("import sys; from lookupkit import StaticCache; StaticCache.open(sys.argv[1]); " + REPORT,

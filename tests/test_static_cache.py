@@ -20,7 +20,7 @@ from lookupkit.formats import constmap_build
 from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.errors import LookupkitWarning, FormatError, InputError, VocabMismatchError
 from lookupkit.formats import lkc
-from lookupkit.static.cache import count_in, span_of
+from lookupkit.static.lookup import count_in, span_of
 from lookupkit.counts.tables import StaticTable
 from test_formats import EXT, META, same, table_of, text_like
 

@@ -16,40 +16,28 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 
 from .. import formats
 from ..counts.follower_stats import follower_stats
 from ..counts.tables import StaticTable
 from ..errors import FormatError, InputError, LookupkitWarning, VocabMismatchError
 from ..files import unmap
-from ..formats import constmap, constmap_probe, lkc
+from ..formats import constmap, lkc
 from ..formats.llama import read_static
-from .keyrecovery import recover_layout
 from .high_orders import high_of, no_high
-from .lookup import count_in, counts_many, span_of, spans_many
 
 _I32 = np.iinfo(np.int32)
 
 
-@njit(cache=True)
-def _first_unsorted_run(pairs, offsets):
-    """Index of the first run whose tokens are not strictly ascending, or -1."""
-    for r in range(offsets.shape[0] - 1):
-        for j in range(offsets[r] + 1, offsets[r + 1]):
-            if pairs[j, 0] <= pairs[j - 1, 0]:
-                return r
-    return -1
+_lookup = None
 
 
-@njit(cache=True)
-def _gather_runs(pairs, offsets, order, out):
-    p = 0
-    for r in order:
-        for j in range(offsets[r], offsets[r + 1]):
-            out[p, 0] = pairs[j, 0]
-            out[p, 1] = pairs[j, 1]
-            p += 1
+def _kernels():
+    """static.lookup, imported at first use: opening a cache and reading its header need no compiled code."""
+    global _lookup
+    if _lookup is None:
+        from . import lookup as _lookup
+    return _lookup
 
 
 def _ids(arr, what: str) -> np.ndarray:
@@ -175,7 +163,7 @@ class StaticCache:
 
     def span(self, t0: int, t1: int) -> tuple[int, int]:
         """(offset, n_followers) of the 2-gram in `pairs`; (0, 0) when absent."""
-        off, n = span_of(np.int32(_id(t0)), np.int32(_id(t1)), *self._live())
+        off, n = _kernels().span_of(np.int32(_id(t0)), np.int32(_id(t1)), *self._live())
         if n < 0:
             raise self._corrupt(f"({t0}, {t1})")
         return int(off), int(n)
@@ -189,13 +177,13 @@ class StaticCache:
     def count(self, t0: int, t1: int, token: int) -> int:
         """How often `token` followed the 2-gram (0 if never)."""
         off, n = self.span(t0, t1)
-        return int(count_in(self.pairs, np.int64(off), np.int64(n), np.int32(_id(token))))
+        return int(_kernels().count_in(self.pairs, np.int64(off), np.int64(n), np.int32(_id(token))))
 
     def find_many(self, keys) -> tuple[np.ndarray, np.ndarray]:
         """Offsets and lengths (0 = absent) for an (n, 2) array of 2-grams."""
         keys = _ids(keys, "keys").reshape(-1, 2)
         offs, lens = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
-        if spans_many(keys, *self._live(), offs, lens):
+        if _kernels().spans_many(keys, *self._live(), offs, lens):
             raise self._corrupt(f"2-gram {keys[np.argmax(lens < 0)].tolist()}")
         return offs, lens
 
@@ -206,7 +194,7 @@ class StaticCache:
         if len(tokens) != len(keys):
             raise InputError(f"count_many needs one token per 2-gram, got {len(tokens)} for {len(keys)}")
         out = np.empty(len(keys), np.int64)
-        if counts_many(keys, tokens, self.pairs, *self._live(), out):
+        if _kernels().counts_many(keys, tokens, self.pairs, *self._live(), out):
             raise self._corrupt("a 2-gram")
         return out
 
@@ -231,6 +219,8 @@ class StaticCache:
         if self._layout is None:
             keys = self.keys()
             if keys is None:
+                from .keyrecovery import recover_layout  # (here: recovering keys needs kernels, opening none)
+
                 self._layout = recover_layout(self.pairs, self.cmap, self.name)
             else:
                 offs, lens = self.find_many(keys)
@@ -251,7 +241,7 @@ class StaticCache:
         new_offsets = np.zeros(len(keys) + 1, np.int64)
         np.cumsum(np.diff(offsets)[order], out=new_offsets[1:])
         pairs = np.empty((self.n_pairs, 2), np.int32)
-        _gather_runs(self.pairs, offsets, order, pairs)
+        _kernels().gather_runs(self.pairs, offsets, order, pairs)
         return StaticTable(np.ascontiguousarray(keys[order]), new_offsets, pairs)
 
     def _canonical_order(self, keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -260,7 +250,7 @@ class StaticCache:
         sk = keys[order]
         if len(sk) > 1 and not np.all(np.any(sk[1:] != sk[:-1], axis=1)):
             raise FormatError(f"{self.name}: corrupted cache: a 2-gram is listed twice")
-        bad = _first_unsorted_run(self.pairs, offsets)
+        bad = _kernels().first_unsorted_run(self.pairs, offsets)
         if bad >= 0:
             raise FormatError(f"{self.name}: corrupted cache: the followers of 2-gram {keys[bad].tolist()} "
                               f"are not strictly ascending by token")
@@ -285,18 +275,20 @@ class StaticCache:
 
     def verify(self) -> dict:
         """Check every checksum and bound (O(n)); raise FormatError naming the first problem; return stats."""
+        from ..formats.constmap_probe import checksum_ok  # (here: verifying reads every byte, in kernels)
+
         self._live()
         checks = []
         if self.format == "lkc":
             checks += [f"sha256 of section {s}" for s in lkc.verify_sections(self._mm, self.meta, self.name)]
         buf, offset = self._cmap_loc
-        if not constmap_probe.checksum_ok(buf, offset, self.cmap.nbytes):
+        if not checksum_ok(buf, offset, self.cmap.nbytes):
             raise FormatError(f"{self.name}: the constmap's FNV-1a checksum does not match (the file is corrupted)")
         checks.append("constmap FNV-1a checksum")
         for n, cmap in sorted(self._order_maps.items()):
             words = self.high.words
             start = cmap.data.__array_interface__["data"][0] - words.__array_interface__["data"][0] - constmap.HEADER_SIZE
-            if not constmap_probe.checksum_ok(words.view(np.uint8), start, cmap.nbytes):
+            if not checksum_ok(words.view(np.uint8), start, cmap.nbytes):
                 raise FormatError(f"{self.name}: the order-{n} map's FNV-1a checksum does not match (the file is corrupted)")
             checks.append(f"order-{n} map FNV-1a checksum")
         self._check_pairs()

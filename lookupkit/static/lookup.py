@@ -60,3 +60,24 @@ def counts_many(keys, tokens, pairs, seed, seg_len, scl, data, checks, n_pairs, 
         bad += n < 0
         out[i] = count_in(pairs, off, n, tokens[i])
     return bad
+
+
+@njit(cache=True)
+def first_unsorted_run(pairs, offsets):
+    """Index of the first run whose tokens are not strictly ascending, or -1."""
+    for r in range(offsets.shape[0] - 1):
+        for j in range(offsets[r] + 1, offsets[r + 1]):
+            if pairs[j, 0] <= pairs[j - 1, 0]:
+                return r
+    return -1
+
+
+@njit(cache=True)
+def gather_runs(pairs, offsets, order, out):
+    """Copy the runs of `pairs` in `order` into `out` (to_table's canonical order)."""
+    p = 0
+    for r in order:
+        for j in range(offsets[r], offsets[r + 1]):
+            out[p, 0] = pairs[j, 0]
+            out[p, 1] = pairs[j, 1]
+            p += 1
