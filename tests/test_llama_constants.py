@@ -5,7 +5,8 @@ constant that changed in both. Each case below is worked out by hand from llama.
 ../shared/docs/llama-lookup.md section 4 states it, with the expected draft written in the test; each
 sits on the edge of one constant (the static weight 100, the lax thresholds 2,2,1,1 / 66,50,50,50 of the
 context cache, the strict thresholds 4,3,2,2 / 75,66,66,66 of the dynamic cache, the static cache's own
-2 / 50, the smallest-id tie rule, n-grams of 1..4), so changing that constant changes the answer.
+2 / 50, the smallest-id tie rule, n-grams of 1..4), so changing that constant changes the answer: every
+element of the four threshold arrays has a case at its edge.
 """
 
 from __future__ import annotations
@@ -55,6 +56,30 @@ CASES = {
     # 5-gram (9,1,2,3,4) -> {6: 1} would give 6: llama.cpp's n-grams stop at 4
     "n-grams of at most 4": ([9, 1, 2, 3, 4, 6, 0, 1, 2, 3, 4, 7, 0, 1, 2, 3, 4, 7,
                               5, 2, 3, 4, 8, 5, 2, 3, 4, 8, 5, 2, 3, 4, 8, 9, 1, 2, 3, 4], 1, None, None, [7]),
+    # 4-gram (1,2,3,4) -> {9: 1}: lax n=4 takes one sample (with 2 the 3-gram (2,3,4) -> {9: 1, 8: 2} gives 8)
+    "lax n=4 one sample": ([1, 2, 3, 4, 9, 0, 2, 3, 4, 8, 0, 2, 3, 4, 8, 1, 2, 3, 4], 1, None, None, [9]),
+    # 4-gram (1,2,3,4) -> {6: 1, 7: 1}: 50 % passes lax n=4, the tie goes to 6 (at 51 % the 3-gram
+    # (2,3,4) -> {6: 1, 7: 1, 8: 3} would give 8)
+    "lax n=4 share 50 %": ([1, 2, 3, 4, 6, 1, 2, 3, 4, 7, 0, 2, 3, 4, 8, 0, 2, 3, 4, 8, 0, 2, 3, 4, 8,
+                            1, 2, 3, 4], 1, None, None, [6]),
+    # no 4-gram; 3-gram (2,3,4) -> {6: 1, 7: 1}: 50 % passes lax n=3 (at 51 % the 2-gram (3,4) -> {6: 1, 7: 1,
+    # 5: 3} would give 5)
+    "lax n=3 share 50 %": ([9, 2, 3, 4, 6, 8, 2, 3, 4, 7, 0, 3, 4, 5, 0, 3, 4, 5, 0, 3, 4, 5,
+                            1, 2, 3, 4], 1, None, None, [6]),
+    # dynamic (3, 5) -> {7: 2}: 2 samples < strict n=2's 3, and (5) -> {7: 2} < 4: nothing
+    "strict n=2 needs 3 samples": ([3, 5], 1, [3, 5, 7, 0, 3, 5, 7, 0], None, []),
+    # dynamic (2, 3, 5) -> {7: 2}: strict n=3 needs 2 samples (with 3, (3, 5) and (5) have too few: nothing)
+    "strict n=3 2 samples": ([1, 2, 3, 5], 1, [2, 3, 5, 7, 0, 2, 3, 5, 7, 0], None, [7]),
+    # dynamic (2, 3, 5) -> {7: 2, 8: 1}: 66.7 % passes strict n=3's 66 %; (3, 5) and (5) -> {7: 2, 8: 1, 9: 2}
+    # fail at 40 %, so at 67 % nothing is drafted
+    "strict n=3 share 66 %": ([1, 2, 3, 5], 1, [2, 3, 5, 7, 0, 2, 3, 5, 7, 0, 2, 3, 5, 8, 0,
+                                               4, 3, 5, 9, 0, 4, 3, 5, 9, 0], None, [7]),
+    # dynamic (1, 2, 3, 5) -> {7: 2}: strict n=4 needs 2 samples; (2, 3, 5), (3, 5), (5) -> {7: 2, 9: 3} fail
+    "strict n=4 2 samples": ([1, 2, 3, 5], 1, [1, 2, 3, 5, 7, 0, 1, 2, 3, 5, 7, 0, 6, 2, 3, 5, 9, 0,
+                                               6, 2, 3, 5, 9, 0, 6, 2, 3, 5, 9, 0], None, [7]),
+    # dynamic (1, 2, 3, 5) -> {7: 2, 8: 1}: 66.7 % passes strict n=4's 66 %; the shorter n-grams add 9: 2 and fail
+    "strict n=4 share 66 %": ([1, 2, 3, 5], 1, [1, 2, 3, 5, 7, 0, 1, 2, 3, 5, 7, 0, 1, 2, 3, 5, 8, 0,
+                                                6, 2, 3, 5, 9, 0, 6, 2, 3, 5, 9, 0], None, [7]),
     # dynamic (5) -> {7: 3, 8: 1}: strict n=1 needs 4 samples at 75 %: exactly met
     "strict n=1 4 samples 75 %": ([1, 5], 1, [5, 7, 0, 5, 7, 0, 5, 7, 0, 5, 8, 0], None, [7]),
     # dynamic (5) -> {7: 3}: 3 samples < 4
