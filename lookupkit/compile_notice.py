@@ -4,7 +4,7 @@ numba compiles a kernel only when its cache (NUMBA_CACHE_DIR, else the source's 
 ~/.cache/numba) holds none for it: once after an install, ~COMPILE_S s for the drafting kernels, a
 silent pause without this notice. `announce_first_compile()` listens to numba's "numba:compile" event
 (fired on a cache miss only, never when a kernel loads from the cache) and logs the first one that
-compiles a lookupkit kernel to the "lookupkit" logger at WARNING: shown on stderr without any logging
+compiles a lookupkit kernel (lookupkit.kernels switches it on at import) to the "lookupkit" logger at WARNING: shown on stderr without any logging
 configuration; `logging.getLogger("lookupkit").setLevel(logging.ERROR)` silences it.
 """
 

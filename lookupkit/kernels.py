@@ -12,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .compile_notice import announce_first_compile
+
 kernel = njit(cache=True, _nrt=False)
+announce_first_compile()  # every kernel module imports this one: a first compile anywhere is announced
 
 # 2^64 / golden ratio: Fibonacci hashing's multiplier and splitmix64's increment.
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)

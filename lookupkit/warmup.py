@@ -8,7 +8,8 @@ work, and `Warmup.wait()` before its first draft: it blocks until the warm-up is
 what failed in it. Two threads never compile one kernel twice (numba compiles under one lock and
 finds the other thread's result).
 
-A first compile is announced by compile_notice, which the warm-up switches on.
+A first compile is announced by compile_notice (switched on by lookupkit.kernels, which every kernel
+module imports).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import threading
 import time
 
-from .compile_notice import announce_first_compile
 
 WARM_TOKENS = (1, 2, 3, 1, 2, 3, 1, 2)  # a sequence whose 2-grams repeat: context, dynamic and static paths all run
 
@@ -82,7 +82,6 @@ def wait_kernels() -> None:
 
 
 def _warm(drafter_args: dict | None):
-    announce_first_compile()
     from .draft.drafter import Drafter
 
     if drafter_args is None:

@@ -10,13 +10,10 @@ __all__ = ["Drafter"]
 
 
 def __getattr__(name: str):
-    """`Drafter` imported at first use (PEP 562): importing the package compiles or loads no kernel.
-    From then on a first compile is announced (compile_notice)."""
+    """`Drafter` imported at first use (PEP 562): importing the package compiles or loads no kernel."""
     if name == "Drafter":
-        from ..compile_notice import announce_first_compile
         from .drafter import Drafter
 
-        announce_first_compile()
         globals()[name] = Drafter
         return Drafter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,7 @@ __all__ = ["ReplayTrace", "replay", "replay_generation"]
 
 
 def __getattr__(name: str):
-    """The faces imported at first use (PEP 562): a trace or a sweep table loads no kernel. From the
-    first replay face on, a first compile is announced (compile_notice)."""
-    if name in ("replay", "replay_generation"):
-        from ..compile_notice import announce_first_compile
-
-        announce_first_compile()
+    """The faces imported at first use (PEP 562): a trace or a sweep table loads no kernel."""
     if name == "replay_generation":
         from .loop import replay_generation as face
     elif name == "replay":
