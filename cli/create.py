@@ -13,10 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from lookupkit.build import build_static
 from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, parse_memory_budget, parse_size, size_text
 from lookupkit.build.outputs import kept_if_complete
-from lookupkit.counts.high_orders import parse_orders
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile
 from lookupkit.errors import InputError
 from lookupkit.formats.lkc_orders import OrderParams
@@ -108,6 +106,8 @@ def create(
     only_ids = all(isinstance(s, TokenFile) for s in sources)
     tokenizer = None if model is None and only_ids else _tokenizer(model)  # ids alone: record no vocabulary
     show = not (quiet or as_json)
+    from lookupkit.build import build_static  # the pipeline and its kernels: not for --help or a bad flag
+
     with kept_if_complete(lcs) as done:  # a Ctrl-C after the rename: the file is complete, so a success
         summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
                                progress=(lambda bytes_mode: progress(True)) if show else None,  # the build's rate column
@@ -125,6 +125,8 @@ def create(
 
 
 def _order_params(text: str, min_total: int, min_share: float) -> OrderParams | None:
+    from lookupkit.counts.high_orders import parse_orders
+
     listed = parse_orders(text)
     if len(listed) == 1:
         return None

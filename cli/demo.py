@@ -17,20 +17,12 @@ from typing import Optional
 import typer
 
 from lookupkit import _version
-from lookupkit.build import build_static
 from lookupkit.formats.lkc_orders import OrderParams
-from lookupkit.draft.confidence import load as load_tables
-from lookupkit.draft.policy import DEFAULT_COST, make_policy
 from lookupkit.errors import LookupkitError
-from lookupkit.verify_cost import VerifyCost
-from lookupkit.corpora import StdlibCorpus
-from lookupkit.draft import Drafter
+from lookupkit.verify_cost import DEFAULT_COST, VerifyCost
 from lookupkit.files import default_root, ensure_dir
-from lookupkit.replay import replay
-from lookupkit.replay.sweep import expected_speedup
 from lookupkit.rules import check_replay
 from lookupkit.static import StaticCache
-from lookupkit.tokenizer import Tokenizer
 from lookupkit.cli.common import guarded, print_json, progress
 
 PROMPTS = ("from collections import", "for i in range(len", "if __name__ ==")
@@ -70,6 +62,17 @@ def demo(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Build, open and draft from a static cache of Python's stdlib; replay lookupkit's own code."""
+    # The build, the tokenizer and the kernels are imported here: `lookupkit inspect` imports this module too.
+    from lookupkit.build import build_static
+    from lookupkit.compile_notice import COMPILE_S
+    from lookupkit.corpora import StdlibCorpus
+    from lookupkit.draft import Drafter
+    from lookupkit.draft.confidence import load as load_tables
+    from lookupkit.draft.policy import make_policy
+    from lookupkit.replay import replay
+    from lookupkit.replay.sweep import expected_speedup
+    from lookupkit.tokenizer import Tokenizer
+
     say = (lambda *a: None) if as_json else typer.echo
     tok = Tokenizer.default()
     ids = tok.encode(_own_sources())
@@ -86,7 +89,8 @@ def demo(
     t_open = time.perf_counter() - t
     say(f"opened {path.name}: {cache.n_keys:,} 2-grams, {cache.n_pairs:,} pairs, {path.stat().st_size / 1e6:.1f} MB "
         f"in {t_open * 1e3:.3f} ms (mmap: nothing is read but the header)")
-    say("loading the compiled drafting kernels (numba compiles them once after an install: ~15 s the first time) ...")
+    say("loading the compiled drafting kernels (numba compiles them once after an install: "
+        f"~{COMPILE_S} s the first time) ...")
     t = time.perf_counter()
     replay(ids[:n_ctx + 1], n_ctx=n_ctx, n_draft=n_draft, static=cache)
     say(f"  ready in {time.perf_counter() - t:.1f} s")

@@ -67,7 +67,7 @@ def generate_cmd(
 ) -> None:
     """Generate greedily without and with drafting (the same loop) and say whether drafting pays."""
     from lookupkit import Drafter, models
-    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.verify_cost import DEFAULT_COST
     from lookupkit.static import StaticCache
     from lookupkit.verify_cost import VerifyCost
 

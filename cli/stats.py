@@ -21,7 +21,8 @@ import typer
 from lookupkit.build.tokenized import tokenize_text_file
 from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
-from lookupkit.draft.policy import DEFAULT_COST, make_policy
+from lookupkit.draft.policy import make_policy
+from lookupkit.verify_cost import DEFAULT_COST
 from lookupkit.errors import InputError, LookupkitWarning
 from lookupkit.files import atomic_writer
 from lookupkit.formats import llama, read_ngrams

@@ -11,7 +11,6 @@ from typing import List, Optional
 
 import typer
 
-from lookupkit.build import export_tokens
 from lookupkit.build.memory_budget import parse_size
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile
 from lookupkit.cli.common import guarded, print_json, progress
@@ -45,6 +44,8 @@ def tokenize(
     """Tokenize a corpus as llama.cpp's lookup-create does and write the ids (int32 LE)."""
     sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets]
                + ([StdlibCorpus()] if default_corpus else []))
+    from lookupkit.build import export_tokens
+
     summary = export_tokens(sources, _tokenizer(model), out, None if as_json else (lambda b: progress(True, b)),
                             max_bytes=parse_size(max_bytes) if max_bytes is not None else None, cut=cut.value, cache_dir=cache_dir)
     if as_json:

@@ -20,6 +20,7 @@ from .errors import FormatError, InputError
 from .files import atomic_writer, open_input
 
 FORMAT = "lookupkit-verify-cost-1"
+DEFAULT_COST = 0.1  # the verify cost per drafted token assumed when none is given (measure yours: calibrate)
 REPORTED_COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the constant costs every replay reports S(C) at
 
 

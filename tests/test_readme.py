@@ -74,9 +74,9 @@ def test_every_documented_command_exists(doc):
 
 
 def test_the_readme_states_the_draft_and_cost_defaults_the_constants_hold():
-    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.verify_cost import DEFAULT_COST
     from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT
 
     text = " ".join(README.split())
     assert f"`--draft` defaults to {DEFAULT_DRAFT} for llama.cpp's rule and {POLICY_DRAFT} for `--policy lookupkit`" in text
-    assert f"(default {DEFAULT_COST}, `draft.policy.DEFAULT_COST`)" in text
+    assert f"(default {DEFAULT_COST}, `verify_cost.DEFAULT_COST`)" in text

@@ -462,7 +462,7 @@ def test_a_replay_checks_its_parameters_once(tmp_path, monkeypatch, mode):
 
 
 def test_help_states_each_policys_draft_default_from_the_constants():
-    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.verify_cost import DEFAULT_COST
     from lookupkit.replay import longest_match
     from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT
 
@@ -474,7 +474,7 @@ def test_help_states_each_policys_draft_default_from_the_constants():
 
 @needs_reference
 def test_without_verify_cost_a_verdict_says_whether_drafting_pays_and_which_policy():
-    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.verify_cost import DEFAULT_COST
 
     args = ["--tokens", REF / "synth.eval.i32", "-lcs", REF / "synth.static.lcs", "-c", 512]
     rule = json.loads(stats(*args, "--json").stdout)

@@ -153,7 +153,7 @@ def test_the_demos_verdicts_name_what_each_comparison_is_against():
     """A static cache that lowers the speed-up against drafting from the context alone, while drafting with it
     still beats plain decoding, reads as two statements about two baselines, not as a contradiction."""
     from lookupkit.cli.demo import _policy_verdict, _verdict
-    from lookupkit.draft.policy import DEFAULT_COST
+    from lookupkit.verify_cost import DEFAULT_COST
 
     without = {"tokens_per_verify": 1.30, "accept": 40.0, "speedup": 1.25, "n_drafted": 900}
     with_cache = {"tokens_per_verify": 1.35, "accept": 20.0, "speedup": 1.10, "break_even_cost": 0.22, "n_drafted": 3000}

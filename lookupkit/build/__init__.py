@@ -8,6 +8,15 @@ processes, `ray_tasks` as Ray tasks; `memory_budget` reads sizes and divides the
 streamed merge.
 """
 
-from lookupkit.build.pipeline import build_static, export_tokens
-
 __all__ = ["build_static", "export_tokens"]
+
+
+def __getattr__(name: str):
+    """The pipeline imported at first use (PEP 562): a command's flags (sizes, budgets) load no kernel."""
+    if name in __all__:
+        from lookupkit.build import pipeline
+
+        face = getattr(pipeline, name)
+        globals()[name] = face
+        return face
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,9 +26,7 @@ from typing import Iterator
 
 import psutil
 
-from lookupkit.counts.spill import chunk_tokens_for
 from lookupkit.errors import InputError
-from lookupkit.formats.streamed import CONSTMAP_BYTES_PER_KEY
 
 DEFAULT_MEMORY_BUDGET = 1 << 30
 MIN_PER_JOB = 16 << 20  # one chunk of 2^16 tokens and its runs, with room to merge
@@ -100,11 +98,15 @@ def plan_memory(jobs: int, memory_budget: int | None, chunk_tokens: int) -> Memo
         raise InputError(f"--memory-budget {_mb(total)} is too small to make progress with {jobs} job(s): "
                          f"the minimum is {_mb(jobs * MIN_PER_JOB)} ({_mb(MIN_PER_JOB)} per job)")
     per_job = total // jobs
+    from lookupkit.counts.spill import chunk_tokens_for  # numba's: imported when a build plans its memory
+
     return MemoryPlan(jobs, total, per_job, chunk_tokens_for(per_job, chunk_tokens), ranges=jobs if jobs > 1 else 1)
 
 
 def check_write(plan: MemoryPlan, n_keys: int) -> None:
     """The write phase builds the constmap in memory: refuse a budget that cannot hold it."""
+    from lookupkit.formats.streamed import CONSTMAP_BYTES_PER_KEY  # the writer's module loads the map builder
+
     need = n_keys * CONSTMAP_BYTES_PER_KEY
     if need > plan.total:
         raise InputError(f"--memory-budget {_mb(plan.total)} is too small to write {n_keys:,} 2-grams: the "

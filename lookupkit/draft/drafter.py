@@ -29,7 +29,8 @@ from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, check_n_draft
 from ..counts.match_index import clear_index, ensure_room, index_positions
 from ..verify_cost import VerifyCost
 from .confidence import load as load_table
-from .policy import DEFAULT_COST, check_policy, make_policy, policy_draft
+from ..verify_cost import DEFAULT_COST
+from .policy import check_policy, make_policy, policy_draft
 
 
 class Drafter:

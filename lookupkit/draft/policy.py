@@ -38,6 +38,7 @@ from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup_in
 from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC
 from ..static.high_orders import High, no_high
+from ..verify_cost import DEFAULT_COST
 from .static_source import head_part, static_top
 
 # Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,
@@ -49,7 +50,6 @@ N_SOURCES = SRC_MATCH + 1
 SHARE_BINS = 20
 TOTAL_BINS = 12  # total 1, 2-3, 4-7, ..., >= 2^11
 POLICIES = ("llama.cpp", "lookupkit")
-DEFAULT_COST = 0.1  # the verify cost per drafted token assumed when none is given (measure yours: calibrate)
 P_BINS = 40  # the best candidate's table probability, in bins of 2.5 %
 AGREE_MAX = 8  # the best other source proposing the same token: 0 = none, else 1 + its probability in 8 bins
 

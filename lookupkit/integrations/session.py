@@ -123,7 +123,7 @@ class Counted:
     """
 
     def _start(self, drafter_args: dict, n_draft: int) -> None:
-        """verify_cost=None in `drafter_args`: the Drafter's default (draft.policy.DEFAULT_COST, not imported
+        """verify_cost=None in `drafter_args`: the Drafter's default (verify_cost.DEFAULT_COST, not imported
         here: that module loads numba)."""
         self._n_draft = check_n_draft(n_draft)
         self._session: DraftSession | None = None

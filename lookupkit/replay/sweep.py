@@ -18,7 +18,8 @@ from . import run as replay
 from .loop import replay_fast
 from ..draft.confidence import load as load_tables
 from ..draft.rule import Thresholds
-from ..draft.policy import DEFAULT_COST, make_policy
+from ..draft.policy import make_policy
+from ..verify_cost import DEFAULT_COST
 from ..errors import InputError
 from ..rules import POLICY_DRAFT
 from ..counts.flat import LAX, STRICT
