@@ -47,6 +47,8 @@ CASES = {
     "lax n=1 share 66 %": ([5, 7, 1, 5, 7, 2, 5, 8, 3, 5], 1, None, None, [7]),
     # (5) -> {7: 2, 8: 1, 9: 1}: 50 % < 66 %: nothing
     "lax n=1 share below": ([5, 7, 1, 5, 7, 2, 5, 8, 3, 5, 9, 4, 5], 1, None, None, []),
+    # (5) -> {7: 2}: exactly lax MIN_N 2 samples for n = 1 (the 2-gram (2, 5) was never seen)
+    "lax n=1 2 samples": ([5, 7, 1, 5, 7, 2, 5], 1, None, None, [7]),
     # (5) -> {7: 1}: one sample < lax MIN_N 2 for n = 1: nothing
     "lax n=1 needs 2 samples": ([5, 7, 1, 5], 1, None, None, []),
     # then (5, 7) -> {1: 1, 2: 1}: lax n=2 needs 2 samples at 50 %: passes, the tie goes to the smallest id 1;
