@@ -110,7 +110,7 @@ def create(
 
     with kept_if_complete(lcs) as done:  # a Ctrl-C after the rename: the file is complete, so a success
         summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,
-                               progress=(lambda bytes_mode: progress(True)) if show else None,  # the build's rate column
+                               progress=(lambda: progress(True)) if show else None,
                                max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache,
                                jobs=(os.cpu_count() or 1) if jobs is None else jobs, memory_budget=budget,
                                temp_dir=temp_dir, ray=ray, orders=order_params)

@@ -83,7 +83,7 @@ def demo(
     if rebuild or not path.exists() or _lacks_orders(path):
         say(f"building {path} from this Python's standard library ({tok.name} vocabulary, orders 2-6) ...")
         built = build_static([StdlibCorpus()], tok, path, cache_dir=root, orders=OrderParams(ORDERS),
-                             progress=None if as_json else (lambda b: progress(True, b)))
+                             progress=None if as_json else (lambda: progress(True)))
     t = time.perf_counter()
     cache = StaticCache.open(path, expect_vocab=tok)
     t_open = time.perf_counter() - t

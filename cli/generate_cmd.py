@@ -16,6 +16,7 @@ import typer
 
 from lookupkit.errors import InputError
 from lookupkit.files import open_input
+from lookupkit.rules import ENGINE_DRAFT
 from lookupkit.cli.common import guarded, print_json, progress
 
 PAYS, LOSES = 1.05, 0.95  # speed-ups above / below which the verdict is "pays" / "does not pay"
@@ -56,7 +57,7 @@ def generate_cmd(
                                               "drafted position relative to one decoding step, or the curve "
                                               "`lookupkit calibrate -o` measured on this model: the policy drafts by "
                                               "it, and the report adds the speed-up it predicts."),
-    n_draft: int = typer.Option(8, "--draft", help=f"Most tokens drafted per call (1..{MAX_GEN_DRAFT})."),
+    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_GEN_DRAFT})."),
     n_predict: int = typer.Option(256, "-n", "--n-predict", help="Tokens to generate in each run."),
     threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
     n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="Context size (prompt + generated tokens)."),

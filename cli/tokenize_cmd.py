@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 
 from lookupkit.build.memory_budget import parse_size
+from lookupkit.build.outputs import kept_if_complete
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile
 from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.cli.create import Cut, _tokenizer
@@ -46,13 +47,17 @@ def tokenize(
                + ([StdlibCorpus()] if default_corpus else []))
     from lookupkit.build import export_tokens
 
-    summary = export_tokens(sources, _tokenizer(model), out, None if as_json else (lambda b: progress(True, b)),
-                            max_bytes=parse_size(max_bytes) if max_bytes is not None else None, cut=cut.value, cache_dir=cache_dir)
-    if as_json:
-        print_json(summary)
-    else:
-        typer.echo(f"wrote {summary['output']}: {summary['tokens']:,} tokens ({summary['vocab']}) from "
-                   f"{summary['bytes']:,} bytes in {summary['seconds']:.1f} s")
+    limit = parse_size(max_bytes) if max_bytes is not None else None
+    with kept_if_complete(out) as done:  # a Ctrl-C after the rename: the ids are complete, so a success
+        summary = export_tokens(sources, _tokenizer(model), out, None if as_json else (lambda: progress(True)),
+                                max_bytes=limit, cut=cut.value, cache_dir=cache_dir)
+        if as_json:
+            print_json(summary)
+        else:
+            typer.echo(f"wrote {summary['output']}: {summary['tokens']:,} tokens ({summary['vocab']}) from "
+                       f"{summary['bytes']:,} bytes in {summary['seconds']:.1f} s")
+    if done.interrupted_after_write:
+        typer.echo(f"note: interrupted after {out} was completely written; the file is kept", err=True)
 
 
 def register(app: typer.Typer) -> None:

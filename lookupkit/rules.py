@@ -3,7 +3,7 @@
 From common/ngram-cache.{h,cpp} and examples/lookup (../shared/docs/llama-lookup.md sections 4 and 7).
 Both drafting engines, the replay loops, the Drafter and the CLI read them from here; nothing else
 spells these numbers. lookupkit's two determinism rules (ties go to the smallest token id; an n-gram
-window starting before position 0 is a miss) are behaviour, not constants: see draft.reference.
+window starting before position 0 is a miss) are behaviour, not constants: see draft.rule_reference.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ ID_MAX = 2**31 - 1
 # ceiling, as the policy itself decides how much of it pays.
 DEFAULT_DRAFT = 16
 POLICY_DRAFT = 8
+# The engine adapters' and `lookupkit generate`'s n_draft default: a verify batch of 1 + 8 per call (Gemma 3
+# 270M here: 1 + 7 tokens cost 2.45x one, bench/results/calibration-gemma-3-270m-2026-12-01-t2.curve.json).
+ENGINE_DRAFT = 8
 MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
 

@@ -198,7 +198,7 @@ class Bars:
     def __init__(self, encoded):
         self.bars, self.encoded = [], encoded
 
-    def __call__(self, bytes_mode):
+    def __call__(self):
         return self
 
     def __enter__(self):

@@ -176,3 +176,26 @@ def test_the_umbrella_commands_share_lookup_creates_help_style_with_examples(com
     text = CliRunner().invoke(app, [command, "--help"]).output
     assert "Examples:" in text and f"lookupkit {command}" in text.split("Examples:")[1]
     assert not set("╭╮╰╯│─") & set(text)  # plain text, as lookup-create and lookup-stats print it
+
+
+def test_tokenize_ctrl_c_after_the_rename_keeps_the_complete_ids(tmp_path, monkeypatch):
+    """As lookup-create: a Ctrl-C that lands after the ids were renamed into place is a success (exit 0, a note)."""
+    from typer.testing import CliRunner
+
+    from lookupkit import files as atomic
+    from lookupkit.cli.main import app
+
+    corpus, out = tmp_path / "c.txt", tmp_path / "ids.i32"
+    corpus.write_text("def f(x):\n    return x + 1\n" * 50)
+    real = atomic.os.replace
+
+    def replace(src, dst):
+        real(src, dst)
+        if Path(dst) == out:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    result = CliRunner().invoke(app, ["tokenize", "-f", str(corpus), "-o", str(out), "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    assert np.fromfile(out, dtype="<i4").size > 0 and [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+    assert f"note: interrupted after {out} was completely written; the file is kept" in result.output

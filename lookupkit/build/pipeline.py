@@ -40,7 +40,7 @@ from lookupkit.memory import peak_rss_bytes
 from lookupkit.rules import COUNT_MAX, ID_MAX
 from lookupkit.tokenizer.store import TokenStore
 
-ProgressFactory = Callable[[bool], "contextlib.AbstractContextManager"]  # bytes_mode -> rich Progress
+ProgressFactory = Callable[[], "contextlib.AbstractContextManager"]  # a rich Progress with a {rate} column
 
 
 def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, format: str | None = None,
@@ -288,7 +288,7 @@ def _bar(progress: ProgressFactory | None, bytes_mode: bool, label: str, total: 
         yield lambda n: None
         return
     unit = "MB/s" if bytes_mode else "M tok/s"
-    with progress(bytes_mode) as bar:
+    with progress() as bar:
         task = bar.add_task(label, total=total, rate="")
         t0, done = time.perf_counter(), [0]
 

@@ -37,6 +37,7 @@ from .engines import open_static, require
 from .session import Counted
 from .llama_generate import Generation, generate, model_vocab, open_model  # noqa: F401  (the fast path)
 from ..errors import InputError
+from ..rules import ENGINE_DRAFT
 
 llama_cpp = require("llama_cpp", "llama-cpp-python", "llama")
 LlamaDraftModel = require("llama_cpp.llama_speculative", "llama-cpp-python", "llama").LlamaDraftModel
@@ -56,7 +57,7 @@ class LookupDraftModel(Counted, LlamaDraftModel):
     per Llama (and so per thread).
     """
 
-    def __init__(self, static=None, dynamic=None, n_draft: int = 8, model=None, policy: str = "llama.cpp",
+    def __init__(self, static=None, dynamic=None, n_draft: int = ENGINE_DRAFT, model=None, policy: str = "llama.cpp",
                  verify_cost=None):
         self.static = open_static(static)
         self._start(dict(static=self.static, dynamic=dynamic, policy=policy, verify_cost=verify_cost), n_draft)
@@ -105,7 +106,7 @@ def _room_for_all_logits(llm) -> None:
         llm.scores = grown
 
 
-def load_llama(model_path, static=None, dynamic=None, n_draft: int = 8, **llama_kwargs):
+def load_llama(model_path, static=None, dynamic=None, n_draft: int = ENGINE_DRAFT, **llama_kwargs):
     """A Llama drafting with lookupkit; the static cache's vocabulary is checked before the model loads."""
     model_path = os.fspath(model_path)
     draft = LookupDraftModel(static=static, dynamic=dynamic, n_draft=n_draft, model=model_path)

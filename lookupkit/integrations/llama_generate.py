@@ -26,7 +26,7 @@ import numpy as np
 from .. import warmup
 from .engines import check_gguf, gguf_vocab, require
 from ..errors import InputError
-from ..rules import check_n_draft
+from ..rules import ENGINE_DRAFT, check_n_draft
 
 SEQ = 0  # the one llama.cpp sequence this loop uses
 
@@ -170,7 +170,7 @@ def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, **llama_
     return lib.Llama(model_path=str(path), **kwargs)
 
 
-def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int = 8, stop_at_eos: bool = True,
+def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int = ENGINE_DRAFT, stop_at_eos: bool = True,
              on_token=None, on_batch=None) -> Generation:
     """Greedy continuation of `prompt_tokens` (ids, BOS included if the model wants one) on `llm`.
 

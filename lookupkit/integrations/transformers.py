@@ -23,6 +23,7 @@ from __future__ import annotations
 from .engines import open_static, require, vocab_identity
 from .session import Counted, DraftSession
 from ..errors import InputError, VocabMismatchError
+from ..rules import ENGINE_DRAFT
 
 torch = require("torch", "torch", "transformers")
 transformers = require("transformers", "transformers", "transformers")
@@ -64,7 +65,7 @@ class LookupGenerate(Counted):
     One sequence at a time: one LookupGenerate per concurrent generation (the model may be shared).
     """
 
-    def __init__(self, static=None, dynamic=None, n_draft: int = 8, vocab=None, policy: str = "llama.cpp",
+    def __init__(self, static=None, dynamic=None, n_draft: int = ENGINE_DRAFT, vocab=None, policy: str = "llama.cpp",
                  verify_cost=None, policy_table=None):
         self.static = open_static(static)
         if vocab is not None:
