@@ -169,7 +169,7 @@ def compare_section(data: dict) -> list[str]:
            + ", ".join(f"{n} = `{t.get('commit', '?')[:10]}`{' (dirty)' if t.get('dirty') else ''}" for n, t in trees.items())
            + f". Command: `{data.get('command')}`.", "",
            "| measure | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"{n}: lookupkit adds ms" for n in names)
-           + " | numba imported |", "|---" * (1 + 2 * len(names) + 1) + "|"]
+           + " | numba loaded by `import lookupkit` |", "|---" * (1 + 2 * len(names) + 1) + "|"]
     for key, label in COMPARE_ROWS:
         rows = [trees[n]["probes"].get(key) for n in names]
         if not any(rows):
