@@ -12,6 +12,7 @@ import typer
 
 from lookupkit import formats
 from lookupkit.errors import InputError
+from lookupkit.formats import lkc_suffix
 from lookupkit.static import StaticCache
 from lookupkit.cli.common import guarded, print_json
 
@@ -24,7 +25,16 @@ def _describe(cache: StaticCache) -> dict:
     return {"file": str(cache.path), "bytes": cache.path.stat().st_size, "format": cache.format,
             "format_version": meta.get("format_version"), "tool": meta.get("tool"), "vocab": meta.get("vocab"),
             "corpus": meta.get("corpus"), "build": meta.get("build"), "sections": meta.get("sections"),
-            "keys_stored": cache.has_keys, "stats": cache.stats()}
+            "keys_stored": cache.has_keys, "stats": cache.stats(), "suffix_index": _suffix_of(meta)}
+
+
+def _suffix_of(meta: dict) -> dict | None:
+    """The suffix index's size from the header (no section read): positions, documents, bytes per position."""
+    info = meta.get("suffix")
+    if info is None:
+        return None
+    size = sum(meta["sections"][s]["length"] for s in lkc_suffix.NAMES)
+    return {**info, "bytes": size, "bytes_per_position": round(size / max(info["n"], 1), 3)}
 
 
 def _print_text(info: dict) -> None:
@@ -47,6 +57,10 @@ def _print_text(info: dict) -> None:
     for name, sec in (info["sections"] or {}).items():
         echo(f"section     {name:15} offset {sec['offset']:>12,}  {sec['length']:>13,} B  {sec.get('dtype')} "
              f"{sec.get('shape')}  sha256 {sec['sha256'][:16]}")
+    ix = info["suffix_index"]
+    if ix is not None:
+        echo(f"suffix      {ix['n']:,} positions ({ix['n_documents']:,} documents, ids up to {ix['max_id']:,}), "
+             f"{ix['bytes']:,} B = {ix['bytes_per_position']:.2f} B per position")
     echo(f"2-grams     {st['n_keys']:,}" if st["n_keys"] is not None else "2-grams     not recorded")
     echo(f"pairs       {st['n_pairs']:,} (token, count); {st['n_tokens']:,} positions counted; max count "
          f"{st['max_count']:,}" + (f"; {100 * st['count_one_pairs']:.1f}% of pairs seen once" if "count_one_pairs" in st
@@ -110,12 +124,17 @@ def convert(src: Path = typer.Argument(..., help="input cache file (any format)"
         table = cache.to_table()
         meta = {k: cache.meta.get(k) for k in ("vocab", "corpus", "build")}
         src_format = cache.format
+        dropped = [what for what, present in (("higher orders", cache.orders != [2]),
+                                              ("suffix index", "suffix" in cache.meta)) if present]
     if tok is not None:
         meta["vocab"] = {"name": tok.name, "n_vocab": tok.n_vocab, "fingerprint": tok.fingerprint}
     meta["build"] = {**(meta["build"] or {}), "converted_from": {"format": src_format, "file": src.name}}
     formats.write_table(table, dst, fmt, meta=meta, keys=not no_keys)
     typer.echo(f"wrote {dst} ({fmt}, {dst.stat().st_size:,} bytes): {table.n_keys:,} 2-grams, "
                f"{table.n_pairs:,} pairs")
+    if dropped:
+        typer.echo(f"note: convert writes the 2-gram table only; the {' and '.join(dropped)} of {src} were "
+                   "dropped (rebuild with lookup-create --orders / --suffix-index to keep them)", err=True)
     if not formats.BY_NAME[fmt].records_meta and (meta["vocab"] or meta["corpus"]):
         typer.echo(f"note: {fmt} files cannot record the vocabulary or corpus provenance; they were dropped", err=True)
 

@@ -30,6 +30,7 @@ EXAMPLES = """Examples:
   lookup-create --dataset wikitext:wikitext-103-raw-v1:train -m qwen2.gguf -lcs wt103.lkc
   lookup-create --tokens corpus.i32 -lcs static.ggngcmap   # ids already tokenized
   lookup-create --default-corpus -lcs demo.lkc             # Python's standard library sources
+  lookup-create -m gemma.gguf -f code.txt --orders 2-6 --suffix-index -lcs code.lkc   # + longest matches
 
 Each source is one document (own BOS, one trailing newline stripped), as if built alone and merged.
 Sources are taken in this order: -f files, --dataset, --tokens, --default-corpus.
@@ -93,6 +94,10 @@ def create(
     order_min_share: float = typer.Option(ORDER_DEFAULTS.min_share, "--order-min-share", metavar="S",
                                           help="--orders: ... and if its top follower holds at least this share (0..1) "
                                           "of its followers."),
+    suffix_index: bool = typer.Option(False, "--suffix-index", help="Also store the corpus' suffix index (its ids "
+                                      "and suffix array, ~8 bytes per token; a version-3 .lkc) for drafting from "
+                                      "the longest match anywhere in the corpus. Building it needs ~15 bytes per "
+                                      "token of --memory-budget; ids up to 16,777,214."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress bars)."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars and no summary."),
 ) -> None:
@@ -113,7 +118,7 @@ def create(
                                progress=(lambda: progress(True)) if show else None,
                                max_bytes=limit, cut=cut.value, cache_dir=cache_dir, token_cache=not no_token_cache,
                                jobs=(os.cpu_count() or 1) if jobs is None else jobs, memory_budget=budget,
-                               temp_dir=temp_dir, ray=ray, orders=order_params)
+                               temp_dir=temp_dir, ray=ray, orders=order_params, suffix_index=suffix_index)
         if as_json:
             print_json(summary)
         elif not quiet:
@@ -171,6 +176,11 @@ def summary_lines(s: dict) -> list[str]:
     if s.get("n_high_order_keys"):
         kept = ", ".join(f"{n}: {k:,}" for n, k in s["n_high_order_keys"].items())
         lines.insert(4, f"  orders     {kept} n-grams kept for --policy lookupkit ({s['orders_seconds']:.1f} s)")
+    if s.get("suffix_index"):
+        ix = s["suffix_index"]
+        lines.insert(-2, f"  index      suffix index of {ix['positions']:,} positions ({ix['documents']:,} document(s)), "
+                         f"{ix['bytes']:,} bytes ({ix['bytes'] / max(ix['positions'], 1):.2f} per position), "
+                         f"{ix['seconds']:.1f} s")
     if s["replaced_bytes"]:
         lines.append(f"  warning    {s['replaced_bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD")
     if any(src["cut"] for src in s["sources"]) or s["skipped_sources"]:

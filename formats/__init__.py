@@ -32,19 +32,20 @@ class Format:
     records_meta: bool  # keeps the vocabulary, corpus and build provenance (`meta`)
     keys_optional: bool  # the 2-gram list may be left out (--no-keys); else always or never stored
     has_orders: bool  # can hold the higher-order sections (lookup-create --orders 2-N)
+    has_suffix: bool  # can hold the suffix index (lookup-create --suffix-index)
     streamed: bool  # formats.streamed writes it from merged parts, never holding the whole table
 
 
 REGISTRY = (
     Format("lkc", (lkc.MAGIC,), (".lkc",), lkc.open_file, lkc.write_file, "a lookupkit cache (.lkc)",
-           records_meta=True, keys_optional=True, has_orders=True, streamed=True),
+           records_meta=True, keys_optional=True, has_orders=True, has_suffix=True, streamed=True),
     Format("lkc.zst", (zst.MAGIC,), (".lkc.zst",), zst.open_file, zst.write_file, "zstd-compressed",
-           records_meta=True, keys_optional=True, has_orders=False, streamed=False),
+           records_meta=True, keys_optional=True, has_orders=False, has_suffix=False, streamed=False),
     Format("ggngcmap", (ggngcmap.MAGIC, ggngcmap.MAGIC[::-1]), (".ggngcmap",), ggngcmap.open_file,
            ggngcmap.write_file, "a ggngcmap file", records_meta=False, keys_optional=False, has_orders=False,
-           streamed=True),
+           has_suffix=False, streamed=True),
     Format("llama", (), (".lcs", ".lcd"), llama.open_file, llama.write_file, "a llama.cpp legacy cache",
-           records_meta=False, keys_optional=False, has_orders=False, streamed=False),
+           records_meta=False, keys_optional=False, has_orders=False, has_suffix=False, streamed=False),
 )
 BY_NAME = {f.name: f for f in REGISTRY}
 FORMATS = tuple(BY_NAME)

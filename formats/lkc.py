@@ -3,7 +3,8 @@
 Layout: a 64-byte preamble (magic, format version, byte-order marker, header length, header sha256,
 file size), a UTF-8 JSON header (sections with offset/length/dtype/shape/sha256, vocabulary,
 corpus provenance, build parameters, tool, statistics), then page-aligned sections: `pairs`,
-`constmap` (fastconstmap VMAP0001) and, unless written with keys=False, `key_t0_offsets` + `key_t1`.
+`constmap` (fastconstmap VMAP0001) and, unless written with keys=False, `key_t0_offsets` + `key_t1`;
+version 2 adds the higher orders (lkc_orders), version 3 the suffix index (lkc_suffix).
 `parse` checks everything that can be checked without reading the sections; `verify_sections`
 hashes them (the O(n) part).
 """
@@ -24,12 +25,12 @@ from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError, InputError, LookupkitWarning
 from lookupkit.files import map_file, unmap
-from lookupkit.formats import constmap, lkc_orders
+from lookupkit.formats import constmap, lkc_orders, lkc_suffix
 from lookupkit.formats.mapped import Mapped
 from lookupkit.formats.lkc_orders import HighOrders
 
 MAGIC = b"LKCACHE\x00"
-VERSION = 2  # the newest this code reads and writes; a file without higher orders is still written as 1
+VERSION = 3  # the newest this code reads and writes; a file without higher orders or suffix index is still 1
 BYTE_ORDER_MARK = 0x0A0B0C0D  # written little-endian: 0d 0c 0b 0a
 PREAMBLE = struct.Struct("<8sIIQ32sQ")  # magic, version, byte order, header length, header sha256, file size
 ALIGN = 4096  # the writer starts every section on a page; readers require 8
@@ -44,7 +45,8 @@ KEY_SECTIONS = ("key_t0_offsets", "key_t1")
 
 def optional_sections(keys: np.ndarray, want_keys: bool, orders: HighOrders | None, meta: dict):
     """The sections after pairs and constmap, for both writers: the key index (left out, with a warning,
-    when it would be too large) and the higher orders. Returns (sections, meta, format version)."""
+    when it would be too large) and the higher orders. Returns (sections, meta, format version); the
+    suffix sections, when there are any, follow these (version 3: `with_suffix`)."""
     extra = {}
     if want_keys and _dense_index_bytes(keys) > max(MAX_KEY_INDEX, 8 * len(keys)):
         warnings.warn(LookupkitWarning(
@@ -58,6 +60,11 @@ def optional_sections(keys: np.ndarray, want_keys: bool, orders: HighOrders | No
         return extra, meta, 1
     extra.update(orders.sections())
     return extra, {**meta, "orders": orders.header()}, 2
+
+
+def with_suffix(meta: dict, suffix_header: dict | None, version: int) -> tuple[dict, int]:
+    """The header objects and format version once a suffix index is added (version 3), or unchanged."""
+    return (meta, version) if suffix_header is None else ({**meta, "suffix": suffix_header}, 3)
 
 
 def header_blob(header: dict) -> bytes:
@@ -86,9 +93,12 @@ def place_sections(header: dict) -> tuple[bytes, int]:
     raise AssertionError("section offsets did not converge")
 
 
-def _spec(section: str) -> tuple[str, int] | None:
-    """(dtype, dimensions) of a section, or None for one this reader does not know."""
-    return SECTIONS.get(section) or (("|u1", 1) if lkc_orders.SECTION.match(section) else None)
+def _spec(section: str, declared=None) -> tuple[str, int] | None:
+    """(dtype, dimensions) of a section (`declared`: the header's dtype, where two are allowed), or None for
+    one this reader does not know."""
+    suffix = lkc_suffix.spec(section, declared)
+    return SECTIONS.get(section) or (("|u1", 1) if lkc_orders.SECTION.match(section) else None) or \
+        (suffix and (suffix, 1))
 
 
 def _dense_index_bytes(keys: np.ndarray) -> int:
@@ -156,11 +166,11 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
-def header_for(version: int, sections: dict[str, tuple[list, int, str]], meta: dict, stats: dict) -> dict:
-    """The JSON header every .lkc writer writes (SPEC.md). `sections`: {name: (shape, length, sha256)} in
-    file order; their offsets are set by `place_sections`."""
-    specs = {name: {"offset": 0, "length": length, "dtype": _spec(name)[0], "shape": shape, "sha256": sha}
-             for name, (shape, length, sha) in sections.items()}
+def header_for(version: int, sections: dict[str, tuple], meta: dict, stats: dict) -> dict:
+    """The JSON header every .lkc writer writes (SPEC.md). `sections`: {name: (shape, length, sha256[, dtype])}
+    in file order (dtype: where a section may have two); their offsets are set by `place_sections`."""
+    specs = {name: {"offset": 0, "length": s[1], "dtype": _spec(name, s[3] if len(s) > 3 else None)[0],
+                    "shape": s[0], "sha256": s[2]} for name, s in sections.items()}
     return {"format": "lkc", "format_version": version, "byte_order": "little", "alignment": ALIGN,
             "sections": specs, **meta, "tool": {"name": "lookupkit", "version": __version__}, "stats": stats}
 
@@ -171,9 +181,9 @@ def preamble(version: int, blob: bytes, file_size: int) -> bytes:
 
 
 def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True,
-               orders: HighOrders | None = None) -> dict:
-    """Write `table` (and `orders`, the higher orders, if any) as a .lkc file to the binary stream `f`
-    (sequentially); returns the header."""
+               orders: HighOrders | None = None, suffix=None) -> dict:
+    """Write `table` (and `orders`, the higher orders, and `suffix`, a lookupkit.suffix.SuffixIndex, if any)
+    as a .lkc file to the binary stream `f` (sequentially); returns the header."""
     from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
 
     meta = check_meta(meta or {}, _max_id(table))
@@ -181,8 +191,12 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
     extra, meta, version = optional_sections(table.keys, keys, orders, meta)
     arrays.update(extra)
+    if suffix is not None:
+        suffix_arrays, suffix_header = lkc_suffix.sections_of(suffix)
+        arrays.update(suffix_arrays)
+        meta, version = with_suffix(meta, suffix_header, version)
     stats = follower_stats(np.diff(table.offsets), table.pairs[:, 1])
-    header = header_for(version, {name: (list(a.shape), int(a.nbytes), hashlib.sha256(_raw(a)).hexdigest())
+    header = header_for(version, {name: (list(a.shape), int(a.nbytes), hashlib.sha256(_raw(a)).hexdigest(), a.dtype.str)
                                   for name, a in arrays.items()}, meta, stats)
     sections = header["sections"]
     blob, pos = place_sections(header)
@@ -272,10 +286,10 @@ def _section_views(buf, sections: dict, data_start: int, name: str) -> dict[str,
             raise _fail(name, f"sections '{a}' and '{b}' overlap")
     views = {}
     for sec in sections:
-        if _spec(sec) is None:
-            continue  # (a section of a version this reader does not use)
-        dtype, ndim = _spec(sec)
         spec = sections[sec]
+        if _spec(sec, spec.get("dtype")) is None:
+            continue  # (a section of a version this reader does not use)
+        dtype, ndim = _spec(sec, spec.get("dtype"))
         shape = spec.get("shape")
         want = [None, 2] if ndim == 2 else [None]
         if (spec.get("dtype") != dtype or not isinstance(shape, list) or len(shape) != len(want)
@@ -359,18 +373,23 @@ def open_file(path: Path, name: str | None = None) -> Mapped:
     mm = map_file(path, "cache file")
     try:
         header, views, cmap = parse(mm, name or str(path))
-        high = lkc_orders.parse(mm, header, name or str(path)) if header.get("format_version") == 2 else {}
+        version = header["format_version"]
+        has_orders = version == 2 or (version == 3 and "orders" in header)
+        high = lkc_orders.parse(mm, header, name or str(path)) if has_orders else {}
+        suffix = lkc_suffix.parse(header, views, name or str(path)) if version == 3 else None
+        if version < 3 and ("suffix" in header or any(s in views for s in lkc_suffix.NAMES)):
+            raise _fail(name or str(path), f"a suffix index in a version-{version} file (it needs version 3)")
     except BaseException:
         unmap(mm)
         raise
     key_views = {k: views[k] for k in KEY_SECTIONS if k in views} or None
     return Mapped("lkc", header, views["pairs"], cmap, mm, header["sections"]["constmap"]["offset"],
-                  key_views=key_views, mm=mm, path=path, orders=high, orders_buf=mm)
+                  key_views=key_views, mm=mm, path=path, orders=high, orders_buf=mm, suffix=suffix)
 
 
 def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memory",
-              high: HighOrders | None = None) -> Mapped:
-    """A table (and higher orders) as a Mapped, its maps built here (O(n))."""
+              high: HighOrders | None = None, suffix=None) -> Mapped:
+    """A table (and higher orders, and a lookupkit.suffix.SuffixIndex) as a Mapped, its maps built here (O(n))."""
     from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
 
     buf = np.frombuffer(constmap_build.build(table.keys, table.spans()), dtype=np.uint8)
@@ -379,6 +398,9 @@ def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memor
     keys = np.ascontiguousarray(table.keys, dtype=np.int32).reshape(-1, 2)
     cmap = constmap.parse_in(buf, 0, len(buf), "in-memory cache")
     meta = {**(meta or {}), **check_meta(meta or {}, _max_id(table))}
+    views = None
+    if suffix is not None:
+        views, meta["suffix"] = lkc_suffix.sections_of(suffix)
     maps = {}
     if high is not None:
         meta["orders"] = high.header()
@@ -387,5 +409,5 @@ def in_memory(table: StaticTable, meta: dict | None = None, format: str = "memor
         at = np.cumsum([0] + [len(b) for _, b in blobs])  # VMAP0001 maps are whole words long
         maps = {int(lkc_orders.SECTION.match(sec).group(1)): constmap.parse_in(words, int(a), len(b), "in-memory cache")
                 for (sec, b), a in zip(blobs, at)}
-        return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders=maps, orders_buf=words)
-    return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders={})
+        return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders=maps, orders_buf=words, suffix=views)
+    return Mapped(format, meta, pairs, cmap, buf, 0, keys=keys, orders={}, suffix=views)

@@ -28,3 +28,4 @@ class Mapped:
     path: Path | None = None
     orders: dict = None  # {n: ConstMapView} of the higher orders (version-2 .lkc), {} when none
     orders_buf: object = None  # the buffer all order maps lie in (the file's mapping, or one array)
+    suffix: dict | None = None  # the suffix index's sections (formats.lkc_suffix.NAMES), checked; None without

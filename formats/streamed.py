@@ -73,11 +73,14 @@ def to_table(parts) -> StaticTable:
 
 
 def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = None, keys: bool = True,
-                orders=None) -> str:
+                orders=None, suffix=None) -> str:
     """Write the table in `parts` (ordered, disjoint key ranges) to `path` atomically in format `fmt`;
-    `orders` (formats.lkc_orders.HighOrders, lkc only) adds the higher-order sections."""
+    `orders` (formats.lkc_orders.HighOrders, lkc only) adds the higher-order sections, `suffix`
+    (formats.lkc_suffix.Part, lkc only) the suffix index, copied from its built file."""
     if orders is not None and not BY_NAME[fmt].has_orders:
         raise InputError(f"higher orders (--orders) are stored in .lkc files only, not {fmt}")
+    if suffix is not None and not BY_NAME[fmt].has_suffix:
+        raise InputError(f"a suffix index (--suffix-index) is stored in .lkc files only, not {fmt}")
     if not BY_NAME[fmt].streamed:
         table = to_table(parts)
         with atomic_writer(path) as f:
@@ -94,11 +97,11 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
                     f.write(a.data)
             f.write(cmap.data)
         else:
-            _write_lkc(f, parts, meta or {}, keys, orders)
+            _write_lkc(f, parts, meta or {}, keys, orders, suffix)
     return fmt
 
 
-def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
+def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> None:
     meta = lkc.check_meta(meta, max((p.max_id for p in parts), default=-1))
     k, spans = _keys_and_spans(parts)
     cmap = _constmap(k, spans)
@@ -112,9 +115,15 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
     shapes["pairs"] = [n_pairs, 2]
     lengths = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
     lengths["pairs"] = 8 * n_pairs
+    dtypes = {}
+    if suffix is not None:
+        meta, version = lkc.with_suffix(meta, suffix.header, version)
+        for name, (dtype, rows) in suffix.shapes.items():
+            shapes[name], lengths[name], dtypes[name] = [rows], suffix.nbytes(name), dtype
     stats = stats_from_hist(parts_hist(parts), sum(p.count_sum for p in parts),
                             max((p.count_max for p in parts), default=0), sum(p.count_ones for p in parts))
-    header = lkc.header_for(version, {name: (shapes[name], lengths[name], "0" * 64) for name in arrays}, meta, stats)
+    header = lkc.header_for(version, {name: (shapes[name], lengths[name], "0" * 64, dtypes.get(name))
+                                      for name in [*arrays, *dtypes]}, meta, stats)
     sections = header["sections"]
     blob, size = lkc.place_sections(header)
     names = list(arrays)
@@ -131,6 +140,12 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None) -> None:
         f.write(b"\0" * (sections[name]["offset"] - written))
         f.write(raw.data)
         sections[name]["sha256"] = hashlib.sha256(raw).hexdigest()
+        written = sections[name]["offset"] + lengths[name]
+    arrays = cmap = raw = None  # (the constmap's memory is free before the suffix index is copied in)
+    for name in dtypes:
+        f.write(b"\0" * (sections[name]["offset"] - written))
+        suffix.copy(name, f)
+        sections[name]["sha256"] = suffix.sha256[name]
         written = sections[name]["offset"] + lengths[name]
     final = lkc.header_blob(header)
     assert len(final) == len(blob)

@@ -214,7 +214,7 @@ def test_close(table, tmp_path):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda raw: raw.__setitem__(slice(0, 8), b"LKCACHE9"), "magic"),
-    (lambda raw: raw.__setitem__(slice(8, 12), (3).to_bytes(4, "little")), "newer lookupkit \\(format version 3\\); this one reads 2"),
+    (lambda raw: raw.__setitem__(slice(8, 12), (4).to_bytes(4, "little")), "newer lookupkit \\(format version 4\\); this one reads 3"),
     (lambda raw: raw.__setitem__(slice(12, 16), bytes([0x0a, 0x0b, 0x0c, 0x0d])), "big-endian"),
     (lambda raw: raw.__setitem__(100, raw[100] ^ 1), "header checksum"),
     (lambda raw: raw.__setitem__(slice(56, 64), (10).to_bytes(8, "little")), "truncated or extended"),

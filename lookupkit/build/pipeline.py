@@ -4,7 +4,9 @@ Four timed phases, each with an optional progress bar: tokenize (text sources th
 store, or, with jobs > 1 and nothing stored yet, tokenized and counted at once by worker processes;
 token files are used as they are), count (exact follower counts of what was not counted yet, in
 sorted runs spilled to a work directory beyond the memory budget), merge (a k-way merge of the runs,
-one key range per task), write (streamed from the merged parts: formats.streamed). Every source is one document, as if each had been
+one key range per task), write (streamed from the merged parts: formats.streamed); `orders` and `index`
+(the suffix index: formats.lkc_suffix, built into the work directory, copied in by the writer) come
+after counting, while the documents' ids are at hand. Every source is one document, as if each had been
 given to llama.cpp's lookup-create on its own and the caches merged. The summary reports sizes,
 seconds per phase and the process's peak RSS.
 """
@@ -33,7 +35,7 @@ from lookupkit.counts.high_orders import count_order, follower_bits
 from lookupkit.counts.runs import key_ranges
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import BY_NAME, format_for_path
+from lookupkit.formats import BY_NAME, format_for_path, lkc_suffix
 from lookupkit.formats.streamed import write_parts
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.memory import peak_rss_bytes
@@ -48,7 +50,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
                  cut: str = "line", cache_dir: str | os.PathLike | None = None, token_cache: bool = True,
                  chunk_tokens: int = CHUNK_TOKENS, jobs: int = 1, memory_budget: int | None = None,
                  temp_dir: str | os.PathLike | None = None, ray: str | None = None,
-                 orders: OrderParams | None = None) -> dict:
+                 orders: OrderParams | None = None, suffix_index: bool = False) -> dict:
     """Build a static 2-gram cache from `sources` and write it to `out_path`; returns the summary.
 
     `max_bytes` limits the text read across the sources in order, cut at the last line end within it
@@ -62,6 +64,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     Every combination writes the same bytes. `orders` (formats.lkc_orders.OrderParams) also counts the
     higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
     every document in the driver, so text is then tokenized by the driver (jobs still count 2-grams).
+    `suffix_index` also builds the corpus' suffix index (version 3 .lkc; the same driver rule), within
+    `memory_budget` (lkc_suffix.BYTES_PER_TOKEN_TO_BUILD per token, checked before the sort).
     """
 
     t_start = time.perf_counter()
@@ -78,6 +82,9 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     if orders is not None and (not BY_NAME[fmt].has_orders or ray is not None):
         raise InputError("--orders above 2 writes a .lkc file and runs locally (no --ray); "
                          f"got {'--ray' if ray is not None else fmt + ' output'}")
+    if suffix_index and (not BY_NAME[fmt].has_suffix or ray is not None):
+        raise InputError("--suffix-index writes a .lkc file and runs locally (no --ray); "
+                         f"got {'--ray' if ray is not None else fmt + ' output'}")
     for source in sources:
         source.check()
     scratch = contextlib.nullcontext(cache_dir) if token_cache else tempfile.TemporaryDirectory(prefix="lookupkit-")
@@ -88,15 +95,18 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
                            chunk_tokens=plan.chunk_tokens)
         if orders is not None:
             orders = dataclasses.replace(orders, follower_bits=follower_bits(spec.id_bound or spec.n_vocab))
-        high = None
+        if suffix_index:
+            lkc_suffix.check_ids(tokenizer.n_vocab - 1 if tokenizer is not None else (spec.id_bound or 1) - 1)
+        high = suffix = None
         if ray is not None:
             from lookupkit.build.ray_tasks import count_on_ray
 
             with _timed(phases, peaks, "tokenize"):
                 docs, skipped, parts = count_on_ray(ray, sources, tokenizer, spec, TextBudget(max_bytes, cut), plan, work)
         else:
-            docs, skipped, parts, high = _count_local(sources, tokenizer, TokenStore(root), TextBudget(max_bytes, cut),
-                                                      plan, spec, work, token_cache, progress, phases, peaks, orders)
+            docs, skipped, parts, high, suffix = _count_local(sources, tokenizer, TokenStore(root),
+                                                              TextBudget(max_bytes, cut), plan, spec, work, token_cache,
+                                                              progress, phases, peaks, orders, suffix_index)
         n_tokens = sum(d.n_tokens for d in docs)
         n_keys = sum(p.n_keys for p in parts)
         if n_tokens == 0:
@@ -107,11 +117,11 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         check_write(plan, n_keys)
         meta = _meta(tokenizer, docs, n_tokens, max_bytes, cut)
         with _timed(phases, peaks, "write"), _bar(progress, False, "write", None), disk_errors(work):
-            write_parts(parts, out_path, fmt, meta, keys, high)
+            write_parts(parts, out_path, fmt, meta, keys, high, suffix)
     phases["total"] = time.perf_counter() - t_start
     merge = phases.pop("merge", 0.0)
     phases["count"] = phases.get("count", 0.0) + merge  # (the summary's phases: tokenize, count, write)
-    orders_s = phases.pop("orders", None)
+    orders_s, index_s = phases.pop("orders", None), phases.pop("index", None)
     return {
         "output": str(out_path), "format": fmt, "file_bytes": out_path.stat().st_size,
         "vocab": meta["vocab"], "sources": meta["corpus"]["sources"], "skipped_sources": skipped,
@@ -123,6 +133,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         "jobs": plan.jobs, "memory_budget": plan.total, "ray": ray, "merge_seconds": round(merge, 3),
         "orders": ([2, *orders.orders] if orders else [2]), "orders_seconds": orders_s and round(orders_s, 3),
         "n_high_order_keys": {n: len(k) for n, (k, _) in high.maps.items()} if high else {},
+        "suffix_index": suffix and {"positions": suffix.header["n"], "documents": suffix.header["n_documents"],
+                                    "bytes": sum(suffix.nbytes(s) for s in suffix.shapes), "seconds": round(index_s, 3)},
         "seconds": {k: round(v, 3) for k, v in phases.items()}, "peak_rss_bytes": peak_rss_bytes(),
         "peak_rss_bytes_by_end_of": peaks, "workers_peak_rss_bytes": children_peak_rss(),
     }
@@ -140,10 +152,10 @@ def _vocab_bounds(tokenizer, sources) -> tuple[int, str, int | None]:
 
 
 def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token_cache, progress, phases, peaks,
-                 orders=None):
+                 orders=None, suffix_index=False):
     """Tokenize and count in `plan.jobs` processes; merge by key range. Returns (docs, skipped, parts, the
-    higher orders or None)."""
-    high = None
+    higher orders or None, the suffix index's lkc_suffix.Part or None)."""
+    high = suffix = None
     workers = Workers(plan.jobs, tokenizer, spec)
     try:
         with disk_errors(work):
@@ -151,7 +163,8 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
             with _timed(phases, peaks, "tokenize"):
                 fresh = []
                 for i, source in enumerate(sources):  # text nobody stored yet: tokenized and counted at once
-                    if (plan.jobs > 1 and orders is None and source.kind != "tokens" and tokenizer.cuttable
+                    if (plan.jobs > 1 and orders is None and not suffix_index and source.kind != "tokens"
+                            and tokenizer.cuttable
                             and not text_budget.exhausted):
                         lookup, stored = stored_lookup(source, text_budget, tokenizer, store if token_cache else None)
                         if not stored:
@@ -173,6 +186,8 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                     with _timed(phases, peaks, "orders"), _bar(progress, False, "orders", None):
                         ids = [list(d.arrays()) for d in docs]
                         high = HighOrders(orders, {n: count_order(ids, n, orders) for n in orders.orders})
+                if suffix_index:
+                    suffix = _suffix_part(docs, plan, work, progress, phases, peaks)
             finally:
                 for doc in docs:
                     doc.close()
@@ -187,7 +202,15 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                     r.remove()
     finally:
         workers.close()
-    return docs, skipped, parts, high
+    return docs, skipped, parts, high, suffix
+
+
+def _suffix_part(docs, plan, work, progress, phases, peaks):
+    """The suffix index of the documents (one SEPARATOR after each), built into the work directory."""
+    n = sum(d.n_tokens for d in docs) + len(docs)
+    lkc_suffix.check_budget(n, plan.total)
+    with _timed(phases, peaks, "index"), _bar(progress, False, "index", n) as advance:
+        return lkc_suffix.build_part((d.arrays() for d in docs), n, os.path.join(work, "suffix.raw"), advance)
 
 
 def _parallel_doc(source, text_budget, tokenizer, store, lookup, token_cache, workers, bounds, progress):

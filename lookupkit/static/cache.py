@@ -8,6 +8,10 @@ open: `verify()` is the O(n) step that checks every checksum and bound.
 Bounds: open checks every section's geometry, but a corrupted constmap can still map a 2-gram to a span
 outside the pairs. The jitted `span_of` reports such a span as length -1 (never reads it); the
 methods here raise FormatError for it; jitted callers treat it as a miss.
+
+A version-3 .lkc also holds a suffix index (formats.lkc_suffix): `suffix` hands it out as a
+lookupkit.suffix.SuffixIndex of views into the mapping (made at first use: the search loads numba,
+opening does not).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ..counts.follower_stats import follower_stats
 from ..counts.tables import StaticTable
 from ..errors import FormatError, InputError, LookupkitWarning, VocabMismatchError
 from ..files import unmap
-from ..formats import constmap, lkc
+from ..formats import constmap, lkc, lkc_suffix
 from ..formats.llama import read_static
 from .high_orders import high_of, no_high
 
@@ -75,6 +79,19 @@ class StaticCache:
         self._args = (*self.cmap.args, np.uint64(self.n_pairs))
         self._order_maps = mapped.orders or {}
         self.high = high_of(self._order_maps, mapped.orders_buf, mapped.meta.get("orders"))
+        self._suffix_views, self._suffix = mapped.suffix, None
+
+    @property
+    def suffix(self):
+        """The corpus' suffix index (lookupkit.suffix.SuffixIndex: views into the file, nothing copied), or
+        None when the file has none (built by lookup-create --suffix-index)."""
+        if self._suffix is None and self._suffix_views is not None:
+            from ..suffix import SuffixIndex  # (here: the suffix package loads numba, opening needs none)
+
+            v = self._suffix_views
+            self._suffix = SuffixIndex(text=v["suffix_text"], sa=v["suffix_sa"], starts=v["suffix_starts"],
+                                       second=v["suffix_second"])
+        return self._suffix
 
     @property
     def orders(self) -> list[int]:
@@ -99,10 +116,10 @@ class StaticCache:
         return cache
 
     @classmethod
-    def from_table(cls, table: StaticTable, meta: dict | None = None, high=None) -> "StaticCache":
+    def from_table(cls, table: StaticTable, meta: dict | None = None, high=None, suffix=None) -> "StaticCache":
         """An in-memory cache (the maps are built here, O(n)): for tests and the legacy format. `high`: a
-        formats.lkc_orders.HighOrders of higher orders to hold too."""
-        return cls(formats.in_memory(table, meta, high=high))
+        formats.lkc_orders.HighOrders of higher orders to hold too; `suffix`: a lookupkit.suffix.SuffixIndex."""
+        return cls(formats.in_memory(table, meta, high=high, suffix=suffix))
 
     def check_vocab(self, expect) -> None:
         """Refuse use with another vocabulary than the one the cache was built with.
@@ -138,6 +155,7 @@ class StaticCache:
         """Drop the views and unmap (if views handed out are still alive, the mapping goes with the last one)."""
         self.pairs = self.cmap = self._keys = self._key_views = self._layout = self._args = self._cmap_loc = None
         self.high, self._order_maps = no_high(), {}
+        self._suffix_views = self._suffix = None
         if self._mm is not None:
             unmap(self._mm)
             self._mm = None
@@ -299,6 +317,8 @@ class StaticCache:
         checks.append("2-gram ids valid" + (", sorted and unique" if self._key_views is not None else ""))
         self._canonical_order(keys, offsets)
         checks.append("2-grams unique, followers of every 2-gram strictly ascending by token")
+        if self._suffix_views is not None:
+            checks += lkc_suffix.verify(self._suffix_views, self.meta, self.name)
         stats = follower_stats(np.diff(offsets), self.pairs[:, 1])
         if self.format == "lkc":
             for field, value in stats.items():

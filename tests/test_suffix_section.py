@@ -1,0 +1,175 @@
+"""The suffix index as a section of .lkc (version 3): a round trip answers as the index built in memory,
+views into the mapping; damage is one FormatError line at open (geometry) or at verify (content); files
+without an index stay version 1/2; the streamed writer (lookup-create's) equals the in-memory one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from lookupkit import StaticCache
+from lookupkit.counts.bigrams import count_static
+from lookupkit.errors import FormatError, InputError
+from lookupkit.files import atomic_writer
+from lookupkit.formats import lkc, lkc_suffix
+from lookupkit.suffix import build, build_index, continuation, corpus_text, longest_match
+
+DOCS = [np.random.default_rng(5).integers(0, 40, 3000), np.arange(7), np.zeros(0, np.int64),
+        np.random.default_rng(6).integers(2**18 - 50, 2**18, 600)]
+
+
+N_VOCAB = 2**18 + 1
+
+
+def write(path, docs=DOCS, suffix=True, orders=None):
+    table = count_static([np.asarray(d, np.int32) for d in docs], N_VOCAB)
+    index = build_index(corpus_text(docs)) if suffix else None
+    with atomic_writer(path) as f:
+        lkc.write_file(f, table, {}, orders=orders, suffix=index)
+    return table, index
+
+
+def test_the_format_facts_are_the_builders():
+    assert (lkc_suffix.SEPARATOR, lkc_suffix.SAMPLE, lkc_suffix.MAX_ID, lkc_suffix.MAX_TEXT) == \
+        (build.SEPARATOR, build.SAMPLE, build.MAX_ID, build.MAX_TEXT)
+    for n in (0, 2**31 - 1, 2**31):
+        assert lkc_suffix.index_dtype(n) == np.dtype(build.sa_dtype(n)).newbyteorder("<").str
+
+
+def test_round_trip_is_the_same_index_as_views_into_the_file(tmp_path):
+    _, index = write(tmp_path / "c.lkc")
+    raw = (tmp_path / "c.lkc").read_bytes()
+    assert lkc.PREAMBLE.unpack_from(raw)[1] == 3
+    with StaticCache.open(tmp_path / "c.lkc") as cache:
+        got = cache.suffix
+        assert cache.meta["suffix"]["n"] == index.n == sum(len(d) + 1 for d in DOCS)
+        assert cache.meta["suffix"]["n_documents"] == len(DOCS)
+        for k in ("text", "sa", "starts", "second"):
+            a = getattr(got, k)
+            assert np.array_equal(a, getattr(index, k)) and a.dtype == getattr(index, k).dtype
+            assert not a.flags.writeable and not a.flags.owndata  # a view of the read-only mapping
+        assert cache.suffix is got
+        rng = np.random.default_rng(1)
+        for _ in range(200):
+            at = int(rng.integers(1, index.n))
+            ctx = index.text[max(0, at - 20):at]
+            ctx = ctx[ctx >= 0].tolist() + rng.integers(0, 45, int(rng.integers(0, 3))).tolist()
+            m = longest_match(index, ctx)
+            assert longest_match(got, ctx) == m
+            assert continuation(got, *m).tokens.tolist() == continuation(index, *m).tokens.tolist()
+        assert cache.verify()["ok"] and any("suffix_sa" in c for c in cache.verify()["checks"])
+
+
+def test_without_an_index_the_file_is_version_1_or_2_with_no_suffix(tmp_path):
+    write(tmp_path / "a.lkc", suffix=False)
+    with StaticCache.open(tmp_path / "a.lkc") as cache:
+        assert cache.suffix is None and cache.meta["format_version"] == 1 and "suffix" not in cache.meta
+        assert not any(s.startswith("suffix") for s in cache.meta["sections"])
+    assert StaticCache.from_table(count_static([np.arange(5, dtype=np.int32)], 10)).suffix is None
+
+
+def test_lookup_creates_file_is_the_in_memory_writers_bytes(tmp_path):
+    """build_static streams the 2-grams from merged parts and copies the suffix part in: the same bytes as
+    lkc.write_file of the same table and index (-j 1 and 2)."""
+    from lookupkit.build import build_static
+    from lookupkit.corpora import TokenFile
+
+    paths, docs = [], [d for d in DOCS if len(d)]
+    for i, d in enumerate(docs):
+        paths.append(tmp_path / f"d{i}.npy")
+        np.save(paths[-1], np.asarray(d, np.int32))
+    for jobs in (1, 2):
+        out = tmp_path / f"j{jobs}.lkc"
+        build_static([TokenFile(p) for p in paths], None, out, jobs=jobs, suffix_index=True,
+                     cache_dir=tmp_path / "cache")
+        with StaticCache.open(out) as cache:
+            meta = {k: cache.meta[k] for k in ("vocab", "corpus", "build")}
+        table = count_static([np.asarray(d, np.int32) for d in docs], N_VOCAB)
+        with atomic_writer(tmp_path / "ref.lkc") as f:
+            lkc.write_file(f, table, meta, suffix=build_index(corpus_text(docs)))
+        assert out.read_bytes() == (tmp_path / "ref.lkc").read_bytes()
+
+
+def _rewrite(path, out, change):
+    """`path` with its header changed by change(header) and re-signed (sections stay where they are)."""
+    raw = path.read_bytes()
+    _, version, _, hlen, _, size = lkc.PREAMBLE.unpack_from(raw)
+    header = json.loads(raw[64:64 + hlen])
+    change(header)
+    blob = lkc.header_blob(header)
+    first = min(s["offset"] for s in header["sections"].values())
+    assert 64 + len(blob) <= first
+    data = lkc.preamble(header.get("format_version", version), blob, size) + blob
+    out.write_bytes(data + b"\0" * (first - len(data)) + raw[first:])
+    return out
+
+
+def _set(*path_value):
+    *keys, value = path_value
+
+    def change(h):
+        for k in keys[:-1]:
+            h = h[k]
+        if value is KeyError:
+            del h[keys[-1]]
+        else:
+            h[keys[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (_set("suffix", "n", 10), "suffix_text holds"),
+    (_set("suffix", "sample", 16), "sample 16"),
+    (_set("suffix", "order", "other"), "order 'other'"),
+    (_set("suffix", "max_id", 2**24), "inconsistent"),
+    (_set("suffix", "n_documents", 0), "inconsistent"),
+    (_set("suffix", KeyError), "'suffix' header"),
+    (_set("sections", "suffix_second", KeyError), "suffix_second is missing"),
+    (_set("sections", "suffix_sa", "dtype", "<i8"), "suffix_sa"),
+    (_set("sections", "suffix_text", "shape", [5]), "suffix_text"),
+    (_set("sections", "suffix_starts", "length", 1 << 40), "outside the file"),
+    (_set("format_version", 2), "orders"),
+])
+def test_a_damaged_header_is_one_format_error_at_open(tmp_path, change, fragment):
+    write(tmp_path / "c.lkc")
+    bad = _rewrite(tmp_path / "c.lkc", tmp_path / "bad.lkc", change)
+    with pytest.raises(FormatError, match="not a valid .lkc file") as err:
+        StaticCache.open(bad)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_damaged_sections_are_found_by_verify(tmp_path):
+    _, index = write(tmp_path / "c.lkc")
+    raw = bytearray((tmp_path / "c.lkc").read_bytes())
+    header = json.loads(raw[64:64 + lkc.PREAMBLE.unpack_from(raw)[3]])
+    sa = header["sections"]["suffix_sa"]
+    raw[sa["offset"] + 4 * 10:sa["offset"] + 4 * 11] = np.int32(index.n + 5).tobytes()
+    (tmp_path / "flip.lkc").write_bytes(bytes(raw))
+    with StaticCache.open(tmp_path / "flip.lkc") as cache, pytest.raises(FormatError, match="suffix_sa"):
+        cache.verify()
+    # the same damage with its checksum updated (a writer's bug): the bounds check still finds it
+    digest = hashlib.sha256(raw[sa["offset"]:sa["offset"] + sa["length"]]).hexdigest()
+    fixed = _rewrite(tmp_path / "flip.lkc", tmp_path / "resigned.lkc", _set("sections", "suffix_sa", "sha256", digest))
+    with StaticCache.open(fixed) as cache, pytest.raises(FormatError, match="outside 0..") as err:
+        cache.verify()
+    assert "\n" not in str(err.value)
+
+
+def test_an_empty_corpus_and_documents_without_ids(tmp_path):
+    for docs in ([np.arange(3)], [np.zeros(0, np.int64), np.arange(3)]):
+        write(tmp_path / "c.lkc", docs=docs)
+        with StaticCache.open(tmp_path / "c.lkc") as cache:
+            assert cache.verify()["ok"] and cache.suffix.n == sum(len(d) + 1 for d in docs)
+            assert longest_match(cache.suffix, [0, 1]) == longest_match(build_index(corpus_text(docs)), [0, 1])
+
+
+def test_build_part_refuses_ids_beyond_the_packing_and_wrong_sizes(tmp_path):
+    with pytest.raises(InputError, match="too large for --suffix-index"):
+        lkc_suffix.build_part([[np.array([1, 2**24 - 1])]], 3, str(tmp_path / "x"))
+    with pytest.raises(InputError, match="5 were announced"):
+        lkc_suffix.build_part([[np.array([1, 2])]], 5, str(tmp_path / "x"))
+    with pytest.raises(InputError, match="pass --memory-budget 15MiB or more"):
+        lkc_suffix.check_budget(2**20, 2**20)
