@@ -173,3 +173,99 @@ def test_build_part_refuses_ids_beyond_the_packing_and_wrong_sizes(tmp_path):
         lkc_suffix.build_part([[np.array([1, 2])]], 5, str(tmp_path / "x"))
     with pytest.raises(InputError, match="pass --memory-budget 15MiB or more"):
         lkc_suffix.check_budget(2**20, 2**20)
+
+
+# ---- lookup-create --suffix-index, inspect, verify, convert ----------------------------------------
+
+TEXT = "def f(x):\n    return x + 1\n\n" * 30 + "class A:\n    pass\n" * 20
+
+
+def create(*args):
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.create import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def umbrella(*args):
+    import typer
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.cache_cmds import register
+
+    app = typer.Typer(add_completion=False)
+    register(app)
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOKUPKIT_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a.txt").write_text(TEXT)
+    (tmp_path / "b.txt").write_text(TEXT[::-1])
+    return tmp_path
+
+
+def test_create_with_an_index_is_the_same_for_any_jobs_and_drafts_what_the_corpus_holds(corpus):
+    from lookupkit import Tokenizer
+
+    outs = []
+    for jobs in (1, 2):
+        out = corpus / f"j{jobs}.lkc"
+        result = create("-f", corpus / "a.txt", "-f", corpus / "b.txt", "--suffix-index", "-j", jobs,
+                        "--no-token-cache", "-lcs", out, "--json")
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    tok = Tokenizer.default()  # what lookup-create encodes: each file, one trailing newline stripped
+    docs = [np.asarray(tok.encode(t[:-1] if t.endswith("\n") else t), np.int32) for t in (TEXT, TEXT[::-1])]
+    with StaticCache.open(corpus / "j1.lkc") as cache:
+        index = cache.suffix
+        assert summary["suffix_index"]["positions"] == index.n == summary["n_tokens"] + 2
+        assert cache.meta["suffix"]["n_documents"] == 2 and cache.verify()["ok"]
+        assert np.array_equal(index.text, corpus_text(docs))
+        built = build_index(corpus_text(docs))
+        assert all(np.array_equal(getattr(index, k), getattr(built, k)) for k in ("sa", "starts", "second"))
+        ctx = index.text[40:60].tolist()  # inside document a, which repeats: the match is the whole window
+        m = longest_match(index, ctx, max_len=20)
+        assert m[0] == 20 and continuation(index, *m).tokens.tolist() == index.text[60:60 + len(
+            continuation(index, *m).tokens)].tolist()
+    human = create("-f", corpus / "a.txt", "--suffix-index", "-lcs", corpus / "h.lkc", "-q")
+    assert human.exit_code == 0 and (corpus / "h.lkc").exists()
+
+
+def test_create_with_orders_and_index_and_the_cache_commands(corpus):
+    out = corpus / "o.lkc"
+    result = create("-f", corpus / "a.txt", "--orders", "2-4", "--suffix-index", "-lcs", out)
+    assert result.exit_code == 0, result.output
+    assert "suffix index of" in result.stdout and "per position" in result.stdout
+    with StaticCache.open(out) as cache:
+        assert cache.orders == [2, 3, 4] and cache.suffix is not None and cache.meta["format_version"] == 3
+    shown = umbrella("inspect", out)
+    assert shown.exit_code == 0 and "suffix      " in shown.stdout and "B per position" in shown.stdout
+    info = json.loads(umbrella("inspect", out, "--json").stdout)
+    assert info["suffix_index"]["n"] == info["sections"]["suffix_text"]["shape"][0]
+    checked = umbrella("verify", out)
+    assert checked.exit_code == 0 and "suffix_sa: positions in 0..n-1" in checked.stdout
+    converted = umbrella("convert", out, corpus / "o.ggngcmap")
+    assert converted.exit_code == 0 and "higher orders and suffix index" in converted.stderr
+    plain = create("-f", corpus / "a.txt", "-lcs", corpus / "p.lkc", "-q")
+    assert plain.exit_code == 0 and "suffix" not in umbrella("convert", corpus / "p.lkc", corpus / "p2.lkc").stderr
+
+
+def test_create_refuses_what_the_index_cannot_hold(corpus, monkeypatch):
+    from cli_checks import assert_one_line_error
+
+    ids = corpus / "big.npy"
+    np.save(ids, np.array([1, 2, 3, 2**24 - 1], np.int32))
+    assert_one_line_error(create("--tokens", ids, "--suffix-index", "-lcs", corpus / "x.lkc"),
+                          "too large for --suffix-index", "leave out --suffix-index")
+    assert_one_line_error(create("-f", corpus / "a.txt", "--suffix-index", "-lcs", corpus / "x.ggngcmap"),
+                          "--suffix-index writes a .lkc file")
+    monkeypatch.setattr(lkc_suffix, "BYTES_PER_TOKEN_TO_BUILD", 10**6)
+    assert_one_line_error(create("-f", corpus / "a.txt", "--suffix-index", "--memory-budget", "64MiB",
+                                 "-lcs", corpus / "x.lkc"), "too small for the suffix index", "pass --memory-budget",
+                          after_progress=True)
+    assert not (corpus / "x.lkc").exists() and not (corpus / "x.ggngcmap").exists()
