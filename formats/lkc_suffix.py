@@ -138,8 +138,8 @@ def verify(views: dict[str, np.ndarray], header: dict, name: str, chunk: int = 1
         nxt = np.where(text[sampled] == SEPARATOR, SEPARATOR, text[np.minimum(sampled + 1, n - 1)])
         if not np.array_equal(nxt, second[k0:k0 + len(sampled)]):
             raise bad("suffix_second does not hold the second token of every sampled row")
-    checks += [f"suffix_sa: positions in 0..n-1, sorted by first token as suffix_starts says",
-               f"suffix_second: the second token of every {SAMPLE}th row"]
+    checks += ["suffix_sa: positions in 0..n-1, sorted by first token as suffix_starts says",
+               f"suffix_second: the second token of SA rows 0, {SAMPLE}, {2 * SAMPLE}, ..."]
     return checks
 
 

@@ -141,7 +141,7 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> No
         f.write(raw.data)
         sections[name]["sha256"] = hashlib.sha256(raw).hexdigest()
         written = sections[name]["offset"] + lengths[name]
-    arrays = cmap = raw = None  # (the constmap's memory is free before the suffix index is copied in)
+    arrays = extra = cmap = raw = None  # (the constmap's memory is free before the suffix index is copied in)
     for name in dtypes:
         f.write(b"\0" * (sections[name]["offset"] - written))
         suffix.copy(name, f)

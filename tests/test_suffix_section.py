@@ -268,4 +268,7 @@ def test_create_refuses_what_the_index_cannot_hold(corpus, monkeypatch):
     assert_one_line_error(create("-f", corpus / "a.txt", "--suffix-index", "--memory-budget", "64MiB",
                                  "-lcs", corpus / "x.lkc"), "too small for the suffix index", "pass --memory-budget",
                           after_progress=True)
+    np.save(ids, np.arange(100, dtype=np.int32))  # token files: refused before anything is counted
+    assert_one_line_error(create("--tokens", ids, "--suffix-index", "--memory-budget", "64MiB", "-lcs",
+                                 corpus / "x.lkc"), "too small for the suffix index of 101 positions")
     assert not (corpus / "x.lkc").exists() and not (corpus / "x.ggngcmap").exists()

@@ -87,6 +87,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
                          f"got {'--ray' if ray is not None else fmt + ' output'}")
     for source in sources:
         source.check()
+    if suffix_index and all(s.kind == "tokens" for s in sources):  # (text: checked once it is tokenized)
+        lkc_suffix.check_budget(sum(len(s.ids()) + 1 for s in sources), plan.total)
     scratch = contextlib.nullcontext(cache_dir) if token_cache else tempfile.TemporaryDirectory(prefix="lookupkit-")
     with scratch as root, work_dir(temp_dir) as work:
         phases: dict[str, float] = {}
