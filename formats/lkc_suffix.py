@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import mmap
+import sys
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -31,6 +33,7 @@ ORDER = "lookupkit-suffix-order-1"  # suffixes of suffix_text; SEPARATOR below e
 NAMES = ("suffix_text", "suffix_sa", "suffix_starts", "suffix_second")
 INDEX_DTYPES = ("<i4", "<i8")  # of suffix_sa and suffix_starts: "<i4" while n < 2^31, else "<i8"
 _COPY = 1 << 24  # bytes per read when copying a built part into the output
+_BLOCK = 1 << 22  # ids packed at a time (bounds the temporaries whatever a document's arrays are)
 
 
 def index_dtype(n: int) -> str:
@@ -143,6 +146,36 @@ def verify(views: dict[str, np.ndarray], header: dict, name: str, chunk: int = 1
     return checks
 
 
+def _blocks(doc: Iterable[np.ndarray], end: np.ndarray):
+    """A document's ids in blocks of at most _BLOCK, then `end`."""
+    for a in doc:
+        a = np.ascontiguousarray(a, dtype="<i4")
+        for i in range(0, len(a), _BLOCK):
+            yield a[i:i + _BLOCK]
+    yield end
+
+
+def _drop_mapped(a: np.ndarray) -> None:
+    """Once packed, let this process's RSS drop the pages behind `a` if it is a view of a read-only file
+    mapping (a token file's ids; re-read from the page cache if touched again), so that they do not sit
+    beside the sort's 15 bytes per token. Anything else (arrays in memory) is left alone; Linux only."""
+    base = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or not hasattr(mmap, "MADV_DONTNEED") or not sys.platform.startswith("linux"):
+        return
+    try:
+        if not memoryview(base).readonly:
+            return
+        at = a.ctypes.data - np.frombuffer(base, np.uint8).ctypes.data
+    except (ValueError, TypeError):  # (a closed mapping)
+        return
+    start = at // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(at + a.nbytes, len(base))
+    if stop > start:
+        base.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
 @dataclass
 class Part:
     """A built suffix index in a raw file of the work directory, ready to be copied into a .lkc."""
@@ -200,10 +233,7 @@ def build_part(documents: Iterable[Iterable[np.ndarray]], n: int, path: str, adv
     done, docs, text_hash = 0, 0, hashlib.sha256()
     with open(path, "wb") as f:
         for doc in documents:
-            for chunk in [*doc, end]:
-                chunk = np.ascontiguousarray(chunk, dtype="<i4")
-                if not len(chunk):
-                    continue
+            for chunk in _blocks(doc, end):
                 if done + len(chunk) > n:
                     raise InputError(f"the suffix index's documents hold more than the {n} ids announced")
                 if chunk is not end:
@@ -219,6 +249,7 @@ def build_part(documents: Iterable[Iterable[np.ndarray]], n: int, path: str, adv
                 f.write(chunk.data)
                 done += len(chunk)
                 advance(len(chunk))
+                _drop_mapped(chunk)
             docs += 1
         if done != n:
             raise InputError(f"the suffix index's documents hold {done} ids, {n} were announced")
