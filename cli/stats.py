@@ -21,7 +21,7 @@ import typer
 from lookupkit.build.tokenized import tokenize_text_file
 from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
-from lookupkit.draft.policy import make_policy
+from lookupkit.draft.policy import make_policy, suffix_on
 from lookupkit.verify_cost import DEFAULT_COST
 from lookupkit.errors import InputError, LookupkitWarning
 from lookupkit.files import atomic_writer
@@ -141,6 +141,11 @@ def stats(
             "--policy lookupkit: " + ("no static cache (-lcs)" if static is None else f"{static.name} holds no "
             "higher orders") + ": it drafts from what there is; build the static cache with lookup-create "
             "--orders 2-6 for the rest"))
+    if use_policy and getattr(static, "suffix", None) is not None and not suffix_on(tables):
+        warnings.warn(LookupkitWarning(
+            f"--policy lookupkit: {static.name} has a suffix index, but the policy table was learnt without one, "
+            "so the policy does not draft from it: learn a table with lookupkit tune-policy --cache "
+            f"{static.name} and pass it with --policy-table"))
     if sweep:
         rows = run_sweep(ids, static, dynamic, default_grid(kind, n_draft, min_match, max_match),
                          n_ctx=ctx_size, source=kind, verify_cost=cost, tables=tables)
@@ -151,7 +156,7 @@ def stats(
         trace, final_dynamic = longest_match.replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
     else:
         pol_cost = cost if cost is not None else VerifyCost.of(DEFAULT_COST)
-        pol = make_policy(tables, pol_cost.at, n_draft, static.high if static else None) if use_policy else None
+        pol = make_policy(tables, pol_cost.at, n_draft, *_policy_sources(static)) if use_policy else None
         trace, final_dynamic = replay(ids, ctx_size, n_draft, static, dynamic, engine=engine.value, policy=pol)
         if use_policy:
             trace.extra.update(policy="lookupkit", policy_cost=pol_cost.describe())
@@ -185,13 +190,18 @@ def _load_caches(lcs: Path | None, lcd: Path | None, vocab, ids):
     return static, dynamic, t_static, time.perf_counter() - t0
 
 
+def _policy_sources(static) -> tuple:
+    """The static cache's sources beyond its 2-grams for make_policy: higher orders and suffix index (or None)."""
+    return (static.high, getattr(static, "suffix", None)) if static is not None else (None, None)
+
+
 def _other_policy(use_policy: bool, ids, n_ctx: int, n_draft: int | None, static, dynamic, tables, cost: VerifyCost):
     """The same replay with the other policy (fast engine; at the given --draft, else at that policy's
     default), so that the verdict can say which one to use."""
     if use_policy:
         return replay(ids, n_ctx, n_draft or DEFAULTS["lookup"]["n_draft"], static, dynamic)[0]
     n_draft = n_draft or DEFAULTS["policy"]["n_draft"]
-    pol = make_policy(load_tables(), cost.at, n_draft, static.high if static else None)
+    pol = make_policy(load_tables(), cost.at, n_draft, *_policy_sources(static))
     return replay(ids, n_ctx, n_draft, static, dynamic, policy=pol)[0]
 
 

@@ -59,7 +59,7 @@ def tune_policy(
         print_json({"output": str(out), **about})
     else:
         typer.echo(f"wrote {out}: learnt on {about['n_tokens']:,} held-out tokens with {about['cache']} "
-                   f"(orders {about['cache_orders']})")
+                   f"(orders {about['cache_orders']}" + (", suffix index" if about["cache_suffix_index"] else "") + ")")
 
 
 def register(app: typer.Typer) -> None:

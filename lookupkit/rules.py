@@ -41,14 +41,17 @@ MAX_CTX = 2**31 - 1
 
 # Source codes of drafted tokens (the .steps files' last column): 1..4 context n-gram of size n,
 # 5..8 dynamic of size code - 4, 9 the static 2-gram, 10 lookupkit's longest-match source, and for
-# lookupkit's policy the static cache's higher orders n = 3..16 as 20 + n.
+# lookupkit's policy 11 the static cache's suffix index (the longest match in its corpus) and the static
+# cache's higher orders n = 3..16 as 20 + n.
 STATIC = 9
 LONGEST_MATCH = 10
+SUFFIX = 11
 MAX_STATIC_ORDER = 16
 SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", STATIC: "s2",
-                LONGEST_MATCH: "ng", **{20 + n: f"s{n}" for n in range(3, MAX_STATIC_ORDER + 1)}}
+                LONGEST_MATCH: "ng", SUFFIX: "sx", **{20 + n: f"s{n}" for n in range(3, MAX_STATIC_ORDER + 1)}}
 SOURCE_LEGEND = ("sources: c1..c4 = this sequence's (context) n-gram of 1..4 tokens, d1..d4 = the dynamic "
-                 "cache's (earlier runs), s2..s16 = the static cache's n-gram, ng = longest earlier match")
+                 "cache's (earlier runs), s2..s16 = the static cache's n-gram, ng = longest earlier match, "
+                 "sx = longest match in the static cache's corpus (its suffix index)")
 
 
 def context_code(n: int) -> int:

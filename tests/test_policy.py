@@ -16,8 +16,8 @@ from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.high_orders import count_order, ngram_hash, parse_orders
 from lookupkit.draft import confidence
-from lookupkit.draft.policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_STATIC, TOTAL_BINS, make_policy,
-                                    source_code)
+from lookupkit.draft.policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_MATCH, SRC_STATIC, TOTAL_BINS,
+                                    make_policy, source_code)
 from lookupkit.draft.policy_reference import draft_policy_reference
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
@@ -266,7 +266,7 @@ def test_learning_on_generations_scores_generated_positions_only():
                       lambda k: 1.0, 1, None)
     chunks = [(s, p) for s, p in zip(seqs, lens)]
     hits, trials = confidence._replay_counts(chunks, 256, None, None, pol, pol.table.shape, 0)
-    match = N_SOURCES - 1
+    match = SRC_MATCH
     assert trials[match].sum() >= 6 * (80 - 32) and hits[match].sum() == trials[match].sum()
     assert trials.sum() <= N_SOURCES * 6 * 80
     none = confidence._replay_counts([(s, len(s)) for s in seqs], 256, None, None, pol, pol.table.shape, 0)

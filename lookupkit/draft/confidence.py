@@ -9,7 +9,9 @@ of the evidence agreeing never makes a candidate less likely) by isotonic regres
 bin's average calibrated where a running maximum would inflate noisy bins (measured: the policy then
 drafted as if verification were ~1.3x dearer than it was). Tables are JSON: the bundled default
 (lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (draft.tuning) on text held
-out from every evaluation; learn your own for another domain.
+out from every evaluation; learn your own for another domain. The suffix source's rows (draft.suffix_source)
+are learnt when the static cache has a suffix index; tables written before it existed (lookupkit-policy-1)
+load with those rows zero, and the policy never drafts from a source its table has not learnt.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from ..kernels import kernel
 from ..rules import SOURCE_NAMES
 from .static_source import grow_memo, new_memo, static_arrays
 from ..static.high_orders import no_high
-from .policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, TOTAL_BINS, candidates, choose, make_policy,
-                     source_code)
+from .policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_SUFFIX, TOTAL_BINS, candidates, choose,
+                     make_policy, own_state, source_code)
+from .suffix_source import reset as reset_suffix, suffix_arrays
 
-FORMAT = "lookupkit-policy-1"
+FORMAT = "lookupkit-policy-2"
+FORMAT_1 = "lookupkit-policy-1"  # before the suffix source: SRC_SUFFIX rows, read with the suffix rows zero
 DEFAULT = "policy-default.json"
 PRIOR = 8.0
 
@@ -49,7 +53,7 @@ def _observe_chunk(truth, first, ctx, dyn, st, memo, pol, dummy, hits, trials, s
             fc.count_position(ctx, truth, i)
             index_position(pol.index, truth, i)
             continue
-        candidates(truth, i, dummy, 0, 0, ctx, dyn, st, memo, pol.high, pol.index, cand)
+        candidates(truth, i, dummy, 0, 0, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, 1, cand)
         if stage == 0:
             for src in range(N_SOURCES):
                 tok = cand[src, 0]
@@ -74,7 +78,7 @@ def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage) -> tuple[n
     memo = new_memo()
     hits, trials = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
     dummy = np.zeros(1, np.int32)
-    pol = pol._replace(index=new_index(n_ctx))
+    pol = own_state(pol, new_index(n_ctx))
     for ids, first in chunks:
         pol = pol._replace(index=ensure_room(pol.index, ids, 0, len(ids)))
         ctx.reserve(4 * len(ids), 4 * len(ids))
@@ -82,6 +86,7 @@ def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage) -> tuple[n
         dyn.merge(ctx)
         ctx.clear()
         clear_index(pol.index)
+        reset_suffix(pol.suffix)
         memo = grow_memo(memo)
     return hits, trials
 
@@ -116,6 +121,7 @@ def _learn(first, second, n_ctx, static, dynamic, prior) -> tuple[np.ndarray, np
     high = static.high if static is not None else no_high()
     pol = make_policy((np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1))),
                       lambda k: 1.0, 1, high)
+    pol = pol._replace(suffix=suffix_arrays(getattr(static, "suffix", None), 1))  # learnt whatever the table
     hits, trials = _replay_counts(first, n_ctx, static, dynamic, pol, pol.table.shape, 0)
     table = _shrunk(hits, trials, prior)
     pol = pol._replace(table=table)
@@ -157,6 +163,7 @@ def save(tables: tuple, path: str | os.PathLike, about: dict | None = None) -> P
     """Write (table, agree) as JSON (atomically); `about` records what they were learnt on."""
     table, agree = tables
     names = [SOURCE_NAMES[int(source_code(s))] for s in range(N_SOURCES)]
+    names[SRC_SUFFIX:SRC_SUFFIX + 2] = ["sx (unanimous)", "sx (majority)"]
     doc = {"format": FORMAT, "share_bins": SHARE_BINS, "total_bins": TOTAL_BINS, "p_bins": P_BINS,
            "agree_max": AGREE_MAX, "sources": names, "about": about or {},
            "table": np.round(table, 6).tolist(), "agree": np.round(agree, 6).tolist()}
@@ -200,8 +207,10 @@ def load(path: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]
         table, agree = np.array(doc["table"], dtype=np.float64), np.array(doc["agree"], dtype=np.float64)
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise FormatError(f"{path} is not a lookupkit policy table ({exc}); {remedy}") from None
+    if doc.get("format") == FORMAT_1 and table.shape[:1] == (SRC_SUFFIX,):
+        table = np.concatenate([table, np.zeros((N_SOURCES - SRC_SUFFIX, *table.shape[1:]))])  # never drafts
     shapes = (N_SOURCES, SHARE_BINS, TOTAL_BINS), (P_BINS, AGREE_MAX + 1)
-    if (doc.get("format") != FORMAT or (table.shape, agree.shape) != shapes
+    if (doc.get("format") not in (FORMAT, FORMAT_1) or (table.shape, agree.shape) != shapes
             or not all(np.all((a >= 0) & (a <= 1)) for a in (table, agree))):
         raise FormatError(f"{path} is not a {FORMAT} table of shapes {shapes} holding probabilities; {remedy}")
     return table, agree

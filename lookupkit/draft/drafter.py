@@ -31,6 +31,7 @@ from ..verify_cost import VerifyCost
 from .confidence import load as load_table
 from ..verify_cost import DEFAULT_COST
 from .policy import check_policy, make_policy, policy_draft
+from .suffix_source import reset as reset_suffix
 
 
 class Drafter:
@@ -41,7 +42,8 @@ class Drafter:
     tokens you will pass; a static cache built for another vocabulary is refused (VocabMismatchError).
     policy: "llama.cpp" (the default, exact) or "lookupkit"; for the latter, verify_cost (a number C per
     drafted token, or a `lookupkit calibrate` curve file) and policy_table (a confidence table file,
-    default: the bundled one). Thread safety: the static cache may be shared by any number of
+    default: the bundled one; a static cache's suffix index is drafted from when the table has learnt it).
+    Thread safety: the static cache may be shared by any number of
     Drafters in any threads; one Drafter follows one sequence, from one thread at a time.
     """
 
@@ -64,7 +66,8 @@ class Drafter:
         self._pol = None
         if self.policy == "lookupkit":
             cost = VerifyCost.of(verify_cost)
-            self._pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None))
+            self._pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None),
+                                    getattr(static, "suffix", None))
             self._buf = (np.zeros(MAX_DRAFT, np.int32), np.zeros(MAX_DRAFT, np.int8))
         self._dyn = FlatCache.from_table(dynamic, thresholds=self.thresholds.dynamic)
         self._ctx = FlatCache(1024, 1024, self.thresholds.context)
@@ -139,8 +142,10 @@ class Drafter:
             self.accept(tokens)
 
     def _start_over(self) -> None:
-        """Drop the sequence: its context cache and, under the policy, its longest-match index."""
+        """Drop the sequence: its context cache and, under the policy, its longest-match index and the
+        suffix source's previous lookup."""
         self._ctx.clear()
         if self._pol is not None:
             clear_index(self._pol.index)
+            reset_suffix(self._pol.suffix)
         self._n = 0

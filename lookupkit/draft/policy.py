@@ -3,11 +3,12 @@
 llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on WikiText-103 its context
 4-gram drafts 63 % of all tokens at 6.1 % acceptance, and a badly drafted token costs a verified
 position. Here every source proposes its candidate for the next token — the context and dynamic caches
-for n = 1..4 (top follower, share, total), the static 2-gram and the static cache's higher orders
-(counts.high_orders) — and a confidence table (draft.confidence, learnt on held-out data) turns each
-candidate's evidence (source and order, share bin, total bin) into P(accepted). The most probable
-candidate is drafted, token after token, into a chain, and the call drafts the prefix of that chain whose
-expected yield per unit of verify cost is largest:
+for n = 1..4 (top follower, share, total), the static 2-gram, the static cache's higher orders
+(counts.high_orders), the longest earlier match in the sequence, and the run of tokens that follows the
+longest match in the static cache's corpus (its suffix index: draft.suffix_source) — and a confidence
+table (draft.confidence, learnt on held-out data) turns each candidate's evidence (source and order,
+share bin, total bin) into P(accepted). The most probable candidate is drafted, token after token, into a
+chain, and the call drafts the prefix of that chain whose expected yield per unit of verify cost is largest:
 
     k* = argmax_k  E_k / cost[k],   E_k = 1 + P_1 + ... + P_k,
 
@@ -36,31 +37,38 @@ from ..counts.high_orders import hash_final, hash_start, hash_step
 from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup_in
-from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC
+from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
 from ..static.high_orders import High, no_high
 from ..verify_cost import DEFAULT_COST
 from .static_source import head_part, static_top
+from .suffix_source import fresh, length_bin, no_suffix, suffix_arrays, suffix_candidate
 
 # Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,
-# and the longest earlier match in the sequence (its length m in the share-bin axis).
+# the longest earlier match in the sequence (its length m in the share-bin axis), and the suffix index's
+# run tokens in two rows, unanimous then majority (match length bin in the share-bin axis, count bin in
+# the total-bin axis). Tables learnt before the suffix source have SRC_SUFFIX rows (confidence.load pads
+# them with zeros, and a table whose suffix rows are all zero never drafts from it).
 SRC_DYNAMIC = NGRAM_MAX
 SRC_STATIC = 2 * NGRAM_MAX  # the static 2-gram; order n at SRC_STATIC + n - 2
 SRC_MATCH = SRC_STATIC + MAX_STATIC_ORDER - 1
-N_SOURCES = SRC_MATCH + 1
+SRC_SUFFIX = SRC_MATCH + 1
+N_SOURCES = SRC_SUFFIX + 2
 SHARE_BINS = 20
 TOTAL_BINS = 12  # total 1, 2-3, 4-7, ..., >= 2^11
 POLICIES = ("llama.cpp", "lookupkit")
 P_BINS = 40  # the best candidate's table probability, in bins of 2.5 %
 AGREE_MAX = 8  # the best other source proposing the same token: 0 = none, else 1 + its probability in 8 bins
 
-Policy = namedtuple("Policy", "on table agree cost high cand index")
+Policy = namedtuple("Policy", "on table agree cost high cand index suffix")
 Policy.__doc__ = """What a compiled loop needs to draft with the policy: on (1, or 0 for llama.cpp's rule);
 table (N_SOURCES, SHARE_BINS, TOTAL_BINS) float64 P(accepted) per evidence bin; agree (P_BINS, AGREE_MAX
 + 1) float64: P(accepted) of the most probable candidate by its table bin and by the table probability
 of the best other source proposing the same token (bin 0: none does); cost float64,
 cost[k] = cost of verifying 1 + k tokens relative to 1 (k = 0..n_draft, inf past a measured curve);
 high: the static cache's higher orders; cand: (N_SOURCES, 3) int64 scratch; index: the sequence's
-counts.match_index (state, like the context cache: the owner keeps it in step and grows it)."""
+counts.match_index (state, like the context cache: the owner keeps it in step and grows it); suffix: the
+static cache's suffix index (draft.suffix_source.Suffix; its state is reset by the owner when a sequence
+starts over)."""
 
 
 def check_policy(name: str) -> str:
@@ -69,19 +77,31 @@ def check_policy(name: str) -> str:
     return name
 
 
-def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None) -> Policy:
+def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None) -> Policy:
     """A Policy for drafts of at most n_draft tokens from (table, agree) (draft.confidence); cost_of(k) =
-    cost of verifying 1 + k tokens."""
+    cost of verifying 1 + k tokens; suffix: a lookupkit.suffix.SuffixIndex (a static cache's) or None,
+    used only if the table has learnt the suffix source (`suffix_on`)."""
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
+    sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft)
     return Policy(np.int64(1), np.ascontiguousarray(table, np.float64), np.ascontiguousarray(agree, np.float64), cost,
-                  high if high is not None else no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index())
+                  high if high is not None else no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(), sx)
+
+
+def suffix_on(table) -> bool:
+    """Whether a table has learnt the suffix source (rows never learnt are zero: it never drafts from them)."""
+    return bool(np.any(np.asarray(table)[SRC_SUFFIX:SRC_SUFFIX + 2]))
+
+
+def own_state(pol: Policy, index) -> Policy:
+    """pol with a fresh match index and suffix state of its own (each replay starts from nothing)."""
+    return pol._replace(index=index, suffix=fresh(pol.suffix))
 
 
 def llama_rule() -> Policy:
     """The stand-in that makes the compiled loops draft with llama.cpp's rule instead."""
     return Policy(np.int64(0), np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
-                  np.ones(1), no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(1))
+                  np.ones(1), no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(1), no_suffix())
 
 
 @kernel
@@ -153,9 +173,10 @@ def _high(high, seq, n_seq, drafted, d0, length, out):
 
 
 @kernel
-def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, out):
-    """Every source's candidate after seq[:n_seq] + drafted[d0:d0+k]: out (N_SOURCES, 3) rows of token
-    (-1 = none), share bin, total bin."""
+def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, n_run, out):
+    """Every source's candidate after seq[:n_seq] + drafted[d0:d0+k] (called for k = 0, 1, ... in turn:
+    the suffix source looks up at k = 0, a run of at most n_run tokens): out (N_SOURCES, 3) rows of token
+    (-1 = none), share bin (the match length's bin for the match sources), total bin (the suffix's count)."""
     length = n_seq + k
     for n in range(1, NGRAM_MAX + 1):
         _flat(ctx, seq, n_seq, drafted, d0, length, n, out, n - 1)
@@ -167,6 +188,10 @@ def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, out)
     tok, m = longest_match(index, seq, n_seq, drafted, d0, length)
     if tok >= 0:
         out[SRC_MATCH, 0], out[SRC_MATCH, 1], out[SRC_MATCH, 2] = tok, min(SHARE_BINS - 1, m), 0
+    tok, m, count, total = suffix_candidate(sx, seq, n_seq, drafted, d0, k, n_run)
+    if tok >= 0:
+        row = SRC_SUFFIX + (1 if count < total else 0)
+        out[row, 0], out[row, 1], out[row, 2] = tok, length_bin(m), total_bin(count)
 
 
 @kernel
@@ -178,6 +203,8 @@ def source_code(src):
         return src + 1
     if src == SRC_MATCH:
         return LONGEST_MATCH
+    if src >= SRC_SUFFIX:
+        return SUFFIX
     return STATIC if src == SRC_STATIC else 20 + src - SRC_STATIC + 2
 
 
@@ -222,7 +249,7 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
     best = 1.0 / pol.cost[0]
     cand = pol.cand
     while k < n_draft and _could_beat(pol.cost, k, n_draft, expected, p_all, best):
-        candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, cand)
+        candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, n_draft, cand)
         best_tok, best_src, p_bin, agree = choose(pol, cand)
         if best_tok < 0:
             break

@@ -3,7 +3,8 @@
 Caches are the readable ones (counts.dict_cache.NgramCache for context and dynamic, anything with
 `.find(t0, t1)` for the static 2-grams) and the higher orders a dict {n: {n-gram tuple: (top follower,
 total, share)}} as counts.high_orders keeps them (total saturated at TOTAL_MAX, share in 1/SHARE_ONE units:
-formats.lkc_orders).
+formats.lkc_orders). The suffix index is a lookupkit.suffix.SuffixIndex, searched by brute force
+(lookupkit.suffix.reference).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import numpy as np
 from ..formats.lkc_orders import SHARE_ONE
 from ..rules import NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
-from .policy import AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_MATCH, SRC_STATIC, TOTAL_BINS
+from ..suffix import reference as brute
+from .policy import AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_MATCH, SRC_STATIC, SRC_SUFFIX, TOTAL_BINS
+from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE
 
 
 def _bins(count: int, total: int) -> tuple[int, int]:
@@ -58,6 +61,26 @@ def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = 
     return out
 
 
+def suffix_run(index, s: list[int], n: int, max_len: int = MAX_LEN) -> tuple[int, list[int], list[int], list[int]]:
+    """(match length, run tokens, counts, totals) of at most n tokens after the longest suffix of s (at most
+    max_len tokens) occurring in the index's corpus; no match: (0, [], [], [])."""
+    m, lo, hi = brute.longest_match(index.text, index.sa, s, max_len)
+    if m == 0:
+        return 0, [], [], []
+    return (m, *brute.continuation(index.text, index.sa, m, lo, hi, n, MIN_SHARE))
+
+
+def suffix_candidate(run: tuple, chain: list[int]) -> dict[int, tuple[int, int, int]]:
+    """{table row: (token, length bin, count bin)} of the run's next token, if the chain is the run's prefix."""
+    m, tokens, counts, totals = run
+    k = len(chain)
+    if k >= len(tokens) or tokens[:k] != chain:
+        return {}
+    length_bin = max(b for b, edge in enumerate(LENGTH_EDGES.tolist()) if edge <= m + k)
+    row = SRC_SUFFIX + (counts[k] < totals[k])
+    return {row: (tokens[k], length_bin, _bins(1, counts[k])[1])}
+
+
 def choose(cands: dict, table: np.ndarray) -> tuple[int, int, int]:
     """(token, probability bin, agreement bin) of the most probable candidate (smallest id on ties)."""
     scored = [(table[src, sb, tb], -tok, -src) for src, (tok, sb, tb) in cands.items()]
@@ -69,19 +92,22 @@ def choose(cands: dict, table: np.ndarray) -> tuple[int, int, int]:
 
 
 def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
-                           cost: Sequence[float]) -> list[int]:
+                           cost: Sequence[float], suffix=None, max_len: int = MAX_LEN) -> list[int]:
     """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (draft.policy's docstring;
-    the shortest of equally good ones), the chain grown only while a longer prefix could still win."""
+    the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
+    a suffix index, drafted from if the table has learnt it (any of its rows non-zero)."""
     table, agree = tables
     n_draft = min(n_draft, len(cost) - 1)
     s, chain = [int(t) for t in seq], []
+    on = suffix is not None and np.any(table[SRC_SUFFIX:SRC_SUFFIX + 2]) and s
+    run = suffix_run(suffix, s, n_draft, max_len) if on else (0, [], [], [])
     expected, p_all = 1.0, 1.0
     best, best_k = 1.0 / cost[0], 0
     while s and len(chain) < n_draft:
         k = len(chain)
         if not any(expected + p_all * (j - k) > best * cost[j] for j in range(k + 1, n_draft + 1)):
             break  # no longer prefix could win, even if every further token were as likely as this one
-        cands = candidates(s + chain, ctx, dyn, static, high, len(s))
+        cands = {**candidates(s + chain, ctx, dyn, static, high, len(s)), **suffix_candidate(run, chain)}
         if not cands:
             break
         tok, p_bin, n_agree = choose(cands, table)

@@ -2,7 +2,8 @@
 
 draft.confidence learns tables from token ids; this module is the user's job around it: pick the held-out
 text (a slice of token ids, or a model's own greedy generations, of which only generated positions are
-scored, as an engine drafts there), learn with a static cache built with `lookup-create --orders`, and
+scored, as an engine drafts there), learn with a static cache built with `lookup-create --orders` (and
+its suffix index, if it has one: the suffix source's rows), and
 write the tables with an `about` record of what they were learnt on, so that a table can be traced back.
 
 The bundled default (lookupkit/data/policy-default.json) was learnt with
@@ -99,6 +100,7 @@ def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens"
         tables = confidence.learn(ids, n_ctx, static=cache)
         method = "first half: per-source tables; second half: agreement table"
     about = {"cache": cache.path.name if cache.path else None, "cache_orders": cache.orders,
+             "cache_suffix_index": getattr(cache, "suffix", None) is not None,
              "cache_corpus": cache.meta.get("corpus"), "orders_params": cache.meta.get("orders"),
              "tokens": Path(generations_file or tokens_name).name, "slice": slice_, "n_tokens": int(len(ids)),
              "sha256_of_ids": hashlib.sha256(np.ascontiguousarray(ids).data).hexdigest(), "n_ctx": n_ctx,

@@ -15,7 +15,8 @@ from ..counts import flat as fc
 from ..counts.match_index import clear_index, index_position, index_positions, new_index
 from ..draft.rule import Thresholds, draft
 from ..draft.static_source import grow_memo, new_memo, static_arrays
-from ..draft.policy import Policy, llama_rule, policy_draft
+from ..draft.policy import Policy, llama_rule, own_state, policy_draft
+from ..draft.suffix_source import reset as reset_suffix
 from ..errors import InputError
 from ..kernels import kernel
 from ..rules import DEFAULT_DRAFT, check_n_draft, check_replay
@@ -115,7 +116,7 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     memo = new_memo()
     state = np.zeros(3, np.int64)
     rec = _Records(n_chunks * (n_ctx - 1), n_draft)
-    pol = policy._replace(index=new_index(n_ctx)) if policy is not None else llama_rule()
+    pol = own_state(policy, new_index(n_ctx)) if policy is not None else llama_rule()
     rec.run(tokens[:1], 0, n_draft, ctx, dyn, st, memo, pol, state)  # compile or load the kernels, untimed
     state[:] = 0
     t_draft = t_merge = 0.0
@@ -125,6 +126,7 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
         dyn.merge(ctx)
         ctx.clear()
         clear_index(pol.index)
+        reset_suffix(pol.suffix)
         memo = grow_memo(memo)
         t_merge += time.perf_counter() - t0
         state[OUT] = 0
@@ -154,7 +156,7 @@ def replay_generation(tokens, prompt_len: int, n_draft: int = DEFAULT_DRAFT, sta
     dyn = fc.FlatCache.from_table(dynamic, 0, 0, thr.dynamic)
     pol = llama_rule()
     if policy is not None:
-        pol = policy._replace(index=new_index(n))
+        pol = own_state(policy, new_index(n))
         index_positions(pol.index, tokens, 1, prompt_len)
     state = np.array([prompt_len, 0, 0], np.int64)
     rec = _Records(max(n - prompt_len, 1), n_draft)

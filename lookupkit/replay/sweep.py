@@ -91,7 +91,8 @@ def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, 
         if source == "policy":
             tables = tables if tables is not None else load_tables()
             cost = VerifyCost.of(p["policy_cost"])
-            pol = make_policy(tables, cost.at, p["n_draft"], getattr(static, "high", None))
+            pol = make_policy(tables, cost.at, p["n_draft"], getattr(static, "high", None),
+                              getattr(static, "suffix", None))
             trace, _ = replay_fast(tokens, n_ctx, p["n_draft"], static, dynamic, policy=pol)
             row = {"n_draft": p["n_draft"], "policy_cost": cost.describe(),
                    "speedup_at_policy_cost": speedup(trace.n_drafted, trace.n_accepted, cost)}

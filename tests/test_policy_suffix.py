@@ -1,0 +1,162 @@
+"""The suffix index as a source of lookupkit's policy (issue 15): the compiled policy drafts as its readable
+reference does (whose search is the brute force of lookupkit.suffix.reference), Drafter and replay alike,
+sequence after sequence; tables learn the source's rows; tables written before it never draft from it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookupkit import Drafter
+from lookupkit.counts.dict_cache import NgramCache
+from lookupkit.draft import confidence
+from lookupkit.draft.policy import (N_SOURCES, SHARE_BINS, SRC_MATCH, SRC_SUFFIX, TOTAL_BINS, make_policy,
+                                    source_code, suffix_on)
+from lookupkit.draft.policy_reference import draft_policy_reference, suffix_run
+from lookupkit.draft.suffix_source import LENGTH_EDGES, MATCH_LEN, MAX_LEN, suffix_arrays
+from lookupkit.errors import FormatError
+from lookupkit.replay.loop import replay_fast
+from lookupkit.rules import SOURCE_NAMES, SUFFIX
+from lookupkit.suffix import build_index, corpus_text
+from test_policy import phrase_stream, random_tables, with_orders
+
+
+def code_task(seed: int, n: int = 700, pieces: int = 6):
+    """A corpus of documents and a text 'rewritten' from them."""
+    docs = [phrase_stream(seed, n=n), phrase_stream(seed + 1, n=n // 2)]
+    return docs, rewritten(docs, seed, pieces)
+
+
+def rewritten(docs, seed: int, pieces: int) -> np.ndarray:
+    """Long stretches copied from the documents with a few new tokens between (code at its next version)."""
+    rng = np.random.default_rng(seed + 100)
+    parts = []
+    for _ in range(pieces):
+        d = docs[rng.integers(0, len(docs))]
+        a = int(rng.integers(0, len(d) - 60))
+        parts += [d[a:a + int(rng.integers(20, 60))], rng.integers(0, 300, int(rng.integers(1, 4))).astype(np.int32)]
+    return np.concatenate(parts).astype(np.int32)
+
+
+def suffix_tables(rng, strong: bool):
+    """Random tables whose suffix rows are learnt (all high when `strong`, so that the source is drafted)."""
+    table, agree = random_tables(rng)
+    if strong:
+        table[SRC_SUFFIX:] = np.sort(0.9 + 0.1 * rng.random((2, SHARE_BINS, TOTAL_BINS)), axis=1)
+    return table, agree
+
+
+def test_the_source_has_its_code_rows_and_bins():
+    assert source_code(SRC_SUFFIX) == source_code(SRC_SUFFIX + 1) == SUFFIX and SOURCE_NAMES[SUFFIX] == "sx"
+    assert SRC_SUFFIX == SRC_MATCH + 1 and N_SOURCES == SRC_SUFFIX + 2
+    assert len(LENGTH_EDGES) == SHARE_BINS and LENGTH_EDGES[0] == 1 and LENGTH_EDGES[-1] == MAX_LEN
+    assert np.all(np.diff(LENGTH_EDGES) > 0)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), cost=st.sampled_from([0.0, 0.1, 0.25, "curve"]), n_draft=st.integers(1, 12),
+       max_len=st.sampled_from([MAX_LEN, 5]))
+def test_compiled_policy_with_the_suffix_source_drafts_as_its_reference(seed, cost, n_draft, max_len):
+    rng = np.random.default_rng(seed)
+    docs, seq = code_task(seed)
+    index = build_index(corpus_text(docs))
+    cache, high = with_orders(docs, orders=(3, 4), min_total=1, min_share=0.0)
+    strong = seed % 2 == 0
+    tables = suffix_tables(rng, strong)
+    curve = {k: 1 + 0.3 * k - 0.01 * k * k for k in range(13)}
+    cost_of = (lambda k: curve.get(k, np.inf)) if cost == "curve" else (lambda k: 1 + cost * k)
+    costs = [cost_of(k) for k in range(n_draft + 1)]
+    drafter = Drafter(static=cache, policy="lookupkit")
+    pol = make_policy(tables, cost_of, 1024, cache.high, index)
+    drafter._pol = pol._replace(suffix=suffix_arrays(index, 1024, max_len))
+    dyn = NgramCache()
+    n_sx = 0
+    # growing sequences (the bounded search), then sequences that are no extension of the last (a reset):
+    # one the corpus has never seen, then one a token longer that ends in a long match
+    prefixes = [seq[:i] for i in range(1, len(seq), 5)]
+    long = max(prefixes, key=lambda p: suffix_run(index, p.tolist(), 1, max_len)[0])
+    prefixes += [np.arange(500, 500 + len(long) - 1, dtype=np.int32), long]
+    for prefix in prefixes:
+        ctx = NgramCache()
+        ctx.update(prefix.tolist())
+        want = draft_policy_reference(prefix.tolist(), n_draft, ctx, dyn, cache, high, tables, costs, index, max_len)
+        assert drafter.draft(prefix, n_draft) == want, len(prefix)
+        m = suffix_run(index, prefix.tolist(), 1, max_len)[0]
+        assert drafter._pol.suffix.state[MATCH_LEN] == m, len(prefix)  # the bounded search found the longest
+        n_sx += drafter.last_sources.count("sx")
+    assert n_sx > 0 or not strong or cost == "curve"  # the comparison includes the suffix source
+
+
+def test_a_replay_with_the_suffix_source_drafts_as_the_reference_call_after_call():
+    """replay_fast's every call (chunks, the context and dynamic caches, the suffix state reset per chunk)
+    against draft_policy_reference at that call's position."""
+    rng = np.random.default_rng(3)
+    docs, seq = code_task(11, n=500)
+    index = build_index(corpus_text(docs))
+    cache, high = with_orders(docs, orders=(3,), min_total=1, min_share=0.0)
+    tables = suffix_tables(rng, True)
+    n_ctx, n_draft = 96, 6
+    pol = make_policy(tables, lambda k: 1 + 0.1 * k, n_draft, cache.high, index)
+    trace, _ = replay_fast(seq, n_ctx, n_draft, static=cache, policy=pol)
+    dyn, at = NgramCache(), 0
+    for chunk in range((len(seq) - 1) // n_ctx):
+        truth = seq[chunk * n_ctx:(chunk + 1) * n_ctx].tolist()
+        for r in np.flatnonzero(trace.chunk == chunk):
+            pos = int(trace.pos[r])
+            want = draft_policy_reference(truth[:pos], n_draft, _counted(truth[:pos]), dyn, cache, high, tables,
+                                          [1 + 0.1 * k for k in range(n_draft + 1)], index)
+            k = int(trace.n_drafted[r])
+            assert trace.tokens[at:at + k].tolist() == want, (chunk, pos)
+            at += k
+        dyn.merge(_counted(truth))  # the chunk's context cache, merged as the replay does
+    assert at == len(trace.tokens) and SOURCE_NAMES[SUFFIX] in trace.summary()["per_source"]
+
+
+def _counted(tokens: list[int]) -> NgramCache:
+    c = NgramCache()
+    c.update(tokens)
+    return c
+
+
+def test_tables_learn_the_suffix_rows_and_the_source_pays_on_the_copy_task():
+    docs, held_out = code_task(21, n=3000, pieces=200)
+    index = build_index(corpus_text(docs))
+    cache, _ = with_orders(docs, orders=(3, 4))
+    with_index = SimpleNamespace(pairs=cache.pairs, cmap=cache.cmap, high=cache.high, suffix=index)
+    tables = confidence.learn(held_out, 512, static=with_index)
+    assert suffix_on(tables[0]) and not suffix_on(confidence.learn(held_out, 512, static=cache)[0])
+    eval_ids = rewritten(docs, 22, 150)
+    runs = {}
+    for name, suffix in (("with", index), ("without", None)):
+        pol = make_policy(tables, lambda k: 1 + 0.25 * k, 8, cache.high, suffix)
+        runs[name] = replay_fast(eval_ids, 512, 8, static=cache, policy=pol)[0].summary()
+    assert "sx" in runs["with"]["per_source"] and "sx" not in runs["without"]["per_source"]
+    assert runs["with"]["expected_speedup"]["0.25"] > runs["without"]["expected_speedup"]["0.25"]
+
+
+def test_tables_from_before_the_source_load_and_never_draft_from_it(tmp_path):
+    table, agree = confidence.load()
+    assert table.shape[0] == N_SOURCES and not suffix_on(table)
+    old = {"format": confidence.FORMAT_1, "table": table[:SRC_SUFFIX].tolist(), "agree": agree.tolist()}
+    (tmp_path / "old.json").write_text(json.dumps(old))  # a table written before the source: 24 rows
+    back = confidence.load(tmp_path / "old.json")
+    assert np.array_equal(back[0][:SRC_SUFFIX], table[:SRC_SUFFIX]) and not back[0][SRC_SUFFIX:].any()
+    (tmp_path / "bad.json").write_text(json.dumps({**old, "format": confidence.FORMAT}))  # 24 rows claiming 2
+    with pytest.raises(FormatError, match="lookupkit-policy-2 table of shapes"):
+        confidence.load(tmp_path / "bad.json")
+    docs, seq = code_task(5, n=2000)
+    index = build_index(corpus_text(docs))
+    cache, _ = with_orders(docs, orders=(3,))
+    ids = np.concatenate([seq] * 4)
+    a = replay_fast(ids, 128, 8, static=cache, policy=make_policy(back, lambda k: 1.0, 8, cache.high, index))[0]
+    b = replay_fast(ids, 128, 8, static=cache, policy=make_policy(back, lambda k: 1.0, 8, cache.high))[0]
+    assert a.tokens.tolist() == b.tokens.tolist() and "sx" not in a.summary()["per_source"]
+    saved = confidence.save(confidence.learn(ids, 128, static=SimpleNamespace(
+        pairs=cache.pairs, cmap=cache.cmap, high=cache.high, suffix=index)), tmp_path / "new.json")
+    doc = json.loads(saved.read_text())
+    assert doc["format"] == confidence.FORMAT and doc["sources"][SRC_SUFFIX:] == ["sx (unanimous)", "sx (majority)"]
