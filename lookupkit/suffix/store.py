@@ -1,6 +1,7 @@
-"""A suffix index on disk, opened in O(1) by mapping it: a stand-in container until the index becomes a
-section of .lkc (issue 15 item 1), kept to the layout such a section needs (aligned little-endian arrays
-named in a JSON header, so the search reads the mapping with no copy).
+"""A suffix index alone on disk (no 2-gram table), opened in O(1) by mapping it: what bench/suffix_replay
+builds from raw ids. The index's file format is the .lkc version-3 section (formats.lkc_suffix, built by
+lookup-create --suffix-index, opened as StaticCache.suffix); this container goes once the bench builds
+.lkc files instead.
 
 File: b"LKSUFX01" | u64 LE header length | header (UTF-8 JSON: n, arrays' dtype, length, offset; padded with
 spaces to HEADER bytes in all) | arrays from offset HEADER, each at a 64-byte aligned offset: text (int32),
