@@ -141,7 +141,7 @@ def stats(
             "--policy lookupkit: " + ("no static cache (-lcs)" if static is None else f"{static.name} holds no "
             "higher orders") + ": it drafts from what there is; build the static cache with lookup-create "
             "--orders 2-6 for the rest"))
-    if use_policy and getattr(static, "suffix", None) is not None and not suffix_on(tables):
+    if use_policy and getattr(static, "suffix", None) is not None and not suffix_on(tables[0]):
         warnings.warn(LookupkitWarning(
             f"--policy lookupkit: {static.name} has a suffix index, but the policy table was learnt without one, "
             "so the policy does not draft from it: learn a table with lookupkit tune-policy --cache "

@@ -5,25 +5,27 @@ sequence after sequence; tables learn the source's rows; tables written before i
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookupkit import Drafter
+from lookupkit import Drafter, StaticCache
+from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
+from lookupkit.counts.high_orders import count_order
 from lookupkit.draft import confidence
 from lookupkit.draft.policy import (N_SOURCES, SHARE_BINS, SRC_MATCH, SRC_SUFFIX, TOTAL_BINS, make_policy,
                                     source_code, suffix_on)
 from lookupkit.draft.policy_reference import draft_policy_reference, suffix_run
 from lookupkit.draft.suffix_source import LENGTH_EDGES, MATCH_LEN, MAX_LEN, suffix_arrays
 from lookupkit.errors import FormatError
+from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, SUFFIX
 from lookupkit.suffix import build_index, corpus_text
-from test_policy import phrase_stream, random_tables, with_orders
+from test_policy import FBITS, phrase_stream, random_tables, with_orders
 
 
 def code_task(seed: int, n: int = 700, pieces: int = 6):
@@ -41,6 +43,13 @@ def rewritten(docs, seed: int, pieces: int) -> np.ndarray:
         a = int(rng.integers(0, len(d) - 60))
         parts += [d[a:a + int(rng.integers(20, 60))], rng.integers(0, 300, int(rng.integers(1, 4))).astype(np.int32)]
     return np.concatenate(parts).astype(np.int32)
+
+
+def with_suffix(docs, orders=(3, 4)) -> StaticCache:
+    """A static cache of the documents with higher orders and their suffix index."""
+    params = OrderParams(tuple(orders), follower_bits=FBITS)
+    high = HighOrders(params, {n: count_order([[d] for d in docs], n, params) for n in orders})
+    return StaticCache.from_table(count_static(docs, 1024), high=high, suffix=build_index(corpus_text(docs)))
 
 
 def suffix_tables(rng, strong: bool):
@@ -125,14 +134,13 @@ def _counted(tokens: list[int]) -> NgramCache:
 
 def test_tables_learn_the_suffix_rows_and_the_source_pays_on_the_copy_task():
     docs, held_out = code_task(21, n=3000, pieces=200)
-    index = build_index(corpus_text(docs))
     cache, _ = with_orders(docs, orders=(3, 4))
-    with_index = SimpleNamespace(pairs=cache.pairs, cmap=cache.cmap, high=cache.high, suffix=index)
-    tables = confidence.learn(held_out, 512, static=with_index)
+    rich = with_suffix(docs)
+    tables = confidence.learn(held_out, 512, static=rich)
     assert suffix_on(tables[0]) and not suffix_on(confidence.learn(held_out, 512, static=cache)[0])
     eval_ids = rewritten(docs, 22, 150)
     runs = {}
-    for name, suffix in (("with", index), ("without", None)):
+    for name, suffix in (("with", rich.suffix), ("without", None)):
         pol = make_policy(tables, lambda k: 1 + 0.25 * k, 8, cache.high, suffix)
         runs[name] = replay_fast(eval_ids, 512, 8, static=cache, policy=pol)[0].summary()
     assert "sx" in runs["with"]["per_source"] and "sx" not in runs["without"]["per_source"]
@@ -156,7 +164,33 @@ def test_tables_from_before_the_source_load_and_never_draft_from_it(tmp_path):
     a = replay_fast(ids, 128, 8, static=cache, policy=make_policy(back, lambda k: 1.0, 8, cache.high, index))[0]
     b = replay_fast(ids, 128, 8, static=cache, policy=make_policy(back, lambda k: 1.0, 8, cache.high))[0]
     assert a.tokens.tolist() == b.tokens.tolist() and "sx" not in a.summary()["per_source"]
-    saved = confidence.save(confidence.learn(ids, 128, static=SimpleNamespace(
-        pairs=cache.pairs, cmap=cache.cmap, high=cache.high, suffix=index)), tmp_path / "new.json")
+    saved = confidence.save(confidence.learn(ids, 128, static=with_suffix(docs)), tmp_path / "new.json")
     doc = json.loads(saved.read_text())
     assert doc["format"] == confidence.FORMAT and doc["sources"][SRC_SUFFIX:] == ["sx (unanimous)", "sx (majority)"]
+
+
+def test_lookup_create_suffix_index_then_tune_policy_then_lookup_stats(tmp_path):
+    """The commands end to end: a cache with a suffix index, tables tune-policy learns with it, and lookup-stats
+    drafting from it with those tables (and warning that the bundled ones have not learnt it)."""
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.create import app as create
+    from lookupkit.cli.main import app as umbrella
+    from lookupkit.cli.stats import app as stats
+
+    docs, held = code_task(41, n=3000, pieces=150)
+    for name, ids in (("corpus", np.concatenate(docs)), ("held", held), ("eval", rewritten(docs, 42, 120))):
+        ids.astype("<i4").tofile(tmp_path / f"{name}.i32")
+    run = CliRunner().invoke
+    lkc, tables = str(tmp_path / "c.lkc"), str(tmp_path / "t.json")
+    r = run(create, ["--tokens", str(tmp_path / "corpus.i32"), "--orders", "2-4", "--suffix-index", "-lcs", lkc])
+    assert r.exit_code == 0, r.output
+    r = run(umbrella, ["tune-policy", "--cache", lkc, "--tokens", str(tmp_path / "held.i32"), "-c", "512", "-o", tables])
+    assert r.exit_code == 0 and "suffix index" in r.stdout, r.output
+    assert suffix_on(confidence.load(tables)[0]) and json.loads(open(tables).read())["about"]["cache_suffix_index"]
+    base = ["--tokens", str(tmp_path / "eval.i32"), "-lcs", lkc, "-c", "512", "--policy", "lookupkit", "--json"]
+    r = run(stats, [*base, "--policy-table", tables])
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.output
+    assert "sx" in json.loads(r.stdout)["per_source"]
+    r = run(stats, base)
+    assert r.exit_code == 0 and "learnt without one" in r.stderr and "sx" not in json.loads(r.stdout)["per_source"]
