@@ -178,7 +178,8 @@ def summary_lines(s: dict) -> list[str]:
         lines.insert(4, f"  orders     {kept} n-grams kept for --policy lookupkit ({s['orders_seconds']:.1f} s)")
     if s.get("suffix_index"):
         ix = s["suffix_index"]
-        lines.insert(-2, f"  index      suffix index of {ix['positions']:,} positions ({ix['documents']:,} document(s)), "
+        lines.insert(-2, f"  index      suffix index of {ix['positions']:,} positions ({ix['documents']:,} "
+                         f"document(s)), "
                          f"{ix['bytes']:,} bytes ({ix['bytes'] / max(ix['positions'], 1):.2f} per position), "
                          f"{ix['seconds']:.1f} s")
     if s["replaced_bytes"]:

@@ -374,7 +374,8 @@ def open_file(path: Path, name: str | None = None) -> Mapped:
     try:
         header, views, cmap = parse(mm, name or str(path))
         version = header["format_version"]
-        has_orders = version == 2 or (version == 3 and "orders" in header)
+        order_sections = "orders" in header or any(map(lkc_orders.SECTION.match, views))
+        has_orders = version == 2 or (version == 3 and order_sections)
         high = lkc_orders.parse(mm, header, name or str(path)) if has_orders else {}
         suffix = lkc_suffix.parse(header, views, name or str(path)) if version == 3 else None
         if version < 3 and ("suffix" in header or any(s in views for s in lkc_suffix.NAMES)):

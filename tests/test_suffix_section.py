@@ -25,7 +25,8 @@ N_VOCAB = 2**18 + 1
 
 
 def write(path, docs=DOCS, suffix=True, orders=None):
-    table = count_static([np.asarray(d, np.int32) for d in docs], N_VOCAB)
+    n_vocab = max([N_VOCAB] + [int(d.max()) + 1 for d in docs if len(d)])
+    table = count_static([np.asarray(d, np.int32) for d in docs], n_vocab)
     index = build_index(corpus_text(docs)) if suffix else None
     with atomic_writer(path) as f:
         lkc.write_file(f, table, {}, orders=orders, suffix=index)
@@ -158,6 +159,19 @@ def test_damaged_sections_are_found_by_verify(tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_corpora_round_trip(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    top = int(rng.choice([3, 50, 2**18, 2**24 - 2]))
+    docs = [rng.integers(max(0, top - 60), top + 1, int(rng.integers(0, 400))) for _ in range(int(rng.integers(1, 6)))]
+    _, index = write(tmp_path / "c.lkc", docs=docs)
+    with StaticCache.open(tmp_path / "c.lkc") as cache:
+        for k in ("text", "sa", "starts", "second"):
+            assert np.array_equal(getattr(cache.suffix, k), getattr(index, k))
+        assert cache.verify()["ok"] and cache.meta["suffix"]["max_id"] == (max(int(d.max()) for d in docs if len(d))
+                                                                           if any(len(d) for d in docs) else -1)
+
+
 def test_an_empty_corpus_and_documents_without_ids(tmp_path):
     for docs in ([np.arange(3)], [np.zeros(0, np.int64), np.arange(3)]):
         write(tmp_path / "c.lkc", docs=docs)
@@ -243,6 +257,10 @@ def test_create_with_orders_and_index_and_the_cache_commands(corpus):
     assert "suffix index of" in result.stdout and "per position" in result.stdout
     with StaticCache.open(out) as cache:
         assert cache.orders == [2, 3, 4] and cache.suffix is not None and cache.meta["format_version"] == 3
+    for drop in ("orders", "suffix"):  # each header object is required by its sections
+        bad = _rewrite(out, corpus / "bad.lkc", _set(drop, KeyError))
+        with pytest.raises(FormatError, match=f"'{drop}' header"):
+            StaticCache.open(bad)
     shown = umbrella("inspect", out)
     assert shown.exit_code == 0 and "suffix      " in shown.stdout and "B per position" in shown.stdout
     info = json.loads(umbrella("inspect", out, "--json").stdout)
