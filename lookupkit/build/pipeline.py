@@ -65,7 +65,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
     every document in the driver, so text is then tokenized by the driver (jobs still count 2-grams).
     `suffix_index` also builds the corpus' suffix index (version 3 .lkc; the same driver rule), within
-    `memory_budget` (lkc_suffix.BYTES_PER_TOKEN_TO_BUILD per token, checked before the sort).
+    `memory_budget` (lkc_suffix.BYTES_PER_TOKEN_TO_BUILD per token, checked once the corpus is tokenized,
+    before counting).
     """
 
     t_start = time.perf_counter()
@@ -87,8 +88,6 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
                          f"got {'--ray' if ray is not None else fmt + ' output'}")
     for source in sources:
         source.check()
-    if suffix_index and all(s.kind == "tokens" for s in sources):  # (text: checked once it is tokenized)
-        lkc_suffix.check_budget(sum(len(s.ids()) + 1 for s in sources), plan.total)
     scratch = contextlib.nullcontext(cache_dir) if token_cache else tempfile.TemporaryDirectory(prefix="lookupkit-")
     with scratch as root, work_dir(temp_dir) as work:
         phases: dict[str, float] = {}
@@ -178,6 +177,8 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                     d, s = _tokenize([source], tokenizer, store, text_budget, progress)
                     docs += d
                     skipped += s
+            if suffix_index:  # (before counting: a refusal costs no more than the tokenizing)
+                lkc_suffix.check_budget(_positions(docs), plan.total)
             try:
                 with _timed(phases, peaks, "count"):
                     _count_docs([(n, d) for n, d in enumerate(docs) if not isinstance(d, CountedDoc)], workers,
@@ -189,7 +190,7 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                         ids = [list(d.arrays()) for d in docs]
                         high = HighOrders(orders, {n: count_order(ids, n, orders) for n in orders.orders})
                 if suffix_index:
-                    suffix = _suffix_part(docs, plan, work, progress, phases, peaks)
+                    suffix = _suffix_part(docs, work, progress, phases, peaks)
             finally:
                 for doc in docs:
                     doc.close()
@@ -207,12 +208,16 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
     return docs, skipped, parts, high, suffix
 
 
-def _suffix_part(docs, plan, work, progress, phases, peaks):
+def _suffix_part(docs, work, progress, phases, peaks):
     """The suffix index of the documents (one SEPARATOR after each), built into the work directory."""
-    n = sum(d.n_tokens for d in docs) + len(docs)
-    lkc_suffix.check_budget(n, plan.total)
+    n = _positions(docs)
     with _timed(phases, peaks, "index"), _bar(progress, False, "index", n) as advance:
         return lkc_suffix.build_part((d.arrays() for d in docs), n, os.path.join(work, "suffix.raw"), advance)
+
+
+def _positions(docs) -> int:
+    """The suffix index's text length: every id and one SEPARATOR per document."""
+    return sum(d.n_tokens for d in docs) + len(docs)
 
 
 def _parallel_doc(source, text_budget, tokenizer, store, lookup, token_cache, workers, bounds, progress):
