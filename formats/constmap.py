@@ -27,6 +27,8 @@ HEADER_SIZE = HEADER.size  # 32
 TRAILER_SIZE = 8  # the FNV-1a checksum
 MAX_SEGMENT_LENGTH = 1 << 18
 NOT_FOUND = np.uint64(0xFFFFFFFFFFFFFFFF)
+# Memory the builder (constmap_build) holds per key while it writes a map: keys, values, its output + stack.
+CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import BY_NAME, constmap_build, ggngcmap, lkc
 
-CONSTMAP_BYTES_PER_KEY = 8 + 8 + 22  # keys, values, builder (output + stack)
-
 
 def parts_hist(parts) -> np.ndarray:
     width = max(len(p.hist) for p in parts)

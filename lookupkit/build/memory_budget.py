@@ -27,6 +27,7 @@ from typing import Iterator
 import psutil
 
 from lookupkit.errors import InputError
+from lookupkit.formats.constmap import CONSTMAP_BYTES_PER_KEY
 
 DEFAULT_MEMORY_BUDGET = 1 << 30
 MIN_PER_JOB = 16 << 20  # one chunk of 2^16 tokens and its runs, with room to merge
@@ -105,8 +106,6 @@ def plan_memory(jobs: int, memory_budget: int | None, chunk_tokens: int) -> Memo
 
 def check_write(plan: MemoryPlan, n_keys: int) -> None:
     """The write phase builds the constmap in memory: refuse a budget that cannot hold it."""
-    from lookupkit.formats.streamed import CONSTMAP_BYTES_PER_KEY  # the writer's module loads the map builder
-
     need = n_keys * CONSTMAP_BYTES_PER_KEY
     if need > plan.total:
         raise InputError(f"--memory-budget {_mb(plan.total)} is too small to write {n_keys:,} 2-grams: the "

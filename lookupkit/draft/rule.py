@@ -25,7 +25,7 @@ import numpy as np
 
 from ..counts.flat import BEST, CNT, HEAD, LAX, MAXC, NEXT, STRICT, TOK, TOTAL, find_hashed, hash_key, may_pass
 from ..kernels import kernel, ngram_before
-from ..rules import STATIC, STATIC_WEIGHT
+from ..rules import NGRAM_MAX, NGRAM_MIN, STATIC, STATIC_WEIGHT
 from ..static.lookup import count_in
 from .static_source import STATIC_THR, Memo, Static, head_part, static_top
 
@@ -74,13 +74,13 @@ def _score(c, e, sp, lo, hi):
 
 @kernel
 def _try_primary(c, seq, n_seq, drafted, d0, k, st, memo, part, precheck):
-    """First n (4..1) whose chosen follower passes: (token, n), or (-1, 0).
+    """First n (NGRAM_MAX..NGRAM_MIN) whose chosen follower passes: (token, n), or (-1, 0).
 
     part = (memo row, lo, hi) of the static 2-gram ending at the draft head; lo < 0 until looked up.
     Returns it too, so the caller looks it up at most once per position.
     """
     length = n_seq + k
-    for n in range(4, 0, -1):
+    for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
         if length - n < 0:
             continue  # the window starts before position 0: a miss (lookupkit's rule)
         k0, k1, k2, k3 = ngram_before(seq, n_seq, drafted, d0, length, n)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from ..rules import (CONTEXT_MIN_N, CONTEXT_MIN_P, DYNAMIC_MIN_N, DYNAMIC_MIN_P, STATIC, STATIC_MIN_N, STATIC_MIN_P,
-                     STATIC_WEIGHT, context_code, dynamic_code)
+from ..rules import (CONTEXT_MIN_N, CONTEXT_MIN_P, DYNAMIC_MIN_N, DYNAMIC_MIN_P, NGRAM_MAX, NGRAM_MIN, STATIC, STATIC_MIN_N,
+                     STATIC_MIN_P, STATIC_WEIGHT, context_code, dynamic_code)
 
 
 class Followers(Protocol):
@@ -38,7 +38,7 @@ def draft_reference(seq: Sequence[int], n_draft: int, ctx: Followers | None, dyn
     while len(tokens) < n_draft:
         s = seq + tokens
         weights = _static_part(static, s[-2], s[-1])
-        keys = {n: tuple(s[len(s) - n:]) for n in range(1, 5) if len(s) - n >= 0}
+        keys = {n: tuple(s[len(s) - n:]) for n in range(NGRAM_MIN, NGRAM_MAX + 1) if len(s) - n >= 0}
         hit = _try_primary(ctx, keys, weights, CONTEXT_MIN_N, CONTEXT_MIN_P, precheck)
         if hit is not None:
             tok, code = hit[0], context_code(hit[1])
@@ -68,10 +68,10 @@ def _static_part(static: StaticSource | None, t0: int, t1: int) -> dict[int, int
 
 def _try_primary(cache: Followers | None, keys: dict[int, tuple[int, ...]], weights: dict[int, int],
                  min_n: tuple[int, ...], min_p: tuple[int, ...], precheck: bool) -> tuple[int, int] | None:
-    """The first n (4..1) whose weighted-argmax follower passes the thresholds: (token, n), or None."""
+    """The first n (NGRAM_MAX..NGRAM_MIN) whose weighted-argmax follower passes the thresholds: (token, n), or None."""
     if cache is None:
         return None
-    for n in (4, 3, 2, 1):
+    for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
         part = cache.get(keys[n]) if n in keys else None
         if not part:
             continue
