@@ -185,7 +185,8 @@ def test_lookup_create_suffix_index_then_tune_policy_then_lookup_stats(tmp_path)
     lkc, tables = str(tmp_path / "c.lkc"), str(tmp_path / "t.json")
     r = run(create, ["--tokens", str(tmp_path / "corpus.i32"), "--orders", "2-4", "--suffix-index", "-lcs", lkc])
     assert r.exit_code == 0, r.output
-    r = run(umbrella, ["tune-policy", "--cache", lkc, "--tokens", str(tmp_path / "held.i32"), "-c", "512", "-o", tables])
+    r = run(umbrella, ["tune-policy", "--cache", lkc, "--tokens", str(tmp_path / "held.i32"), "-c", "512",
+                       "-o", tables])
     assert r.exit_code == 0 and "suffix index" in r.stdout, r.output
     assert suffix_on(confidence.load(tables)[0]) and json.loads(open(tables).read())["about"]["cache_suffix_index"]
     base = ["--tokens", str(tmp_path / "eval.i32"), "-lcs", lkc, "-c", "512", "--policy", "lookupkit", "--json"]
