@@ -178,7 +178,9 @@ def test_disk_full_in_a_real_process(tmp_path):
     proc = subprocess.run([sys.executable, "-c", limit], capture_output=True, text=True, timeout=300, env=env)
     assert (tmp_path / "warm.lkc").stat().st_size > 20000  # the limit is what stops the real conversion
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("error: cannot write") and len(proc.stderr.strip().splitlines()) == 1
+    # the fresh numba cache also makes the warm-up announce its compile (once, before the failure)
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("compiling lookupkit's kernels (once")]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write"), proc.stderr
     assert not dst.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".big")] == []
 
 
