@@ -1,7 +1,8 @@
 """A suffix index over a corpus' token ids: the longest earlier match anywhere in the corpus, and the run of
-tokens its occurrences agree on (issue 15). Not yet a section of .lkc nor a policy source: store.py is a
-stand-in file, and the kernels (search.longest_match_kernel, continuation_kernel) are what a compiled
-drafting loop calls.
+tokens its occurrences agree on (issue 15). On disk it is the .lkc version-3 sections
+(formats.lkc_suffix, `lookup-create --suffix-index`, `StaticCache.suffix`); the policy drafts from it
+through draft.suffix_source, calling the kernels search.longest_match_kernel and continuation_kernel.
+store.py's stand-in file remains only for bench/suffix_replay.py.
 
     text = corpus_text(docs)                 # ids of every document, each followed by SEPARATOR
     index = build_index(text)                # suffix array (libdivsufsort), first-token table
