@@ -12,11 +12,10 @@ import numpy as np
 from numba import njit
 
 from lookupkit.formats.constmap import NOT_FOUND
+from lookupkit.kernels import M2 as _P2, M3 as _P3
 
-# XXH64's primes (PRIME64_1..5) and murmur3's fmix64 multipliers
+# XXH64's primes (PRIME64_1..5; 2 and 3 are lookupkit.kernels' M2 and M3) and murmur3's fmix64 multipliers
 _P1 = np.uint64(0x9E3779B185EBCA87)
-_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
-_P3 = np.uint64(0x165667B19E3779F9)
 _P4 = np.uint64(0x85EBCA77C2B2AE63)
 _P5 = np.uint64(0x27D4EB2F165667C5)
 _F1 = np.uint64(0xFF51AFD7ED558CCD)

@@ -6,24 +6,14 @@ and static caches). Everything else lives in the subpackages: tokenizer, counts,
 replay, formats, corpora, integrations, cli, bench.
 """
 
+from ._lazy import lazy_faces
 from ._version import __version__
 
 __all__ = ["Drafter", "StaticCache", "Tokenizer", "__version__"]
 
-
-def __getattr__(name: str):
-    """The public faces, imported at first use (PEP 562): `import lookupkit` alone loads no numba, so a
-    program pays for the compiled kernels only when it drafts."""
-    if name == "Drafter":
-        from .draft import Drafter as face
-    elif name == "StaticCache":
-        from .static import StaticCache as face
-    elif name == "Tokenizer":
-        from .tokenizer import Tokenizer as face
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = face
-    return face
+# The faces are imported at first use: `import lookupkit` alone loads no numba, so a program pays for the
+# compiled kernels only when it drafts.
+__getattr__ = lazy_faces(__name__, {"Drafter": ".draft", "StaticCache": ".static", "Tokenizer": ".tokenizer"})
 
 
 def __dir__() -> list[str]:

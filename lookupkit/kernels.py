@@ -19,7 +19,8 @@ announce_first_compile()  # every kernel module imports this one: a first compil
 
 # 2^64 / golden ratio: Fibonacci hashing's multiplier and splitmix64's increment.
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-# The odd multipliers of the n-gram key hashes (xxHash's and murmur3's 64-bit primes).
+# The odd multipliers of the n-gram key hashes: XXH64's PRIME64_2 and PRIME64_3 (the constmap's key hash
+# uses them as such, formats.constmap_probe), and the finaliser `mix`'s odd multiplier M4.
 M2 = np.uint64(0xC2B2AE3D27D4EB4F)
 M3 = np.uint64(0x165667B19E3779F9)
 M4 = np.uint64(0xD6E8FEB86659FD93)

@@ -8,15 +8,9 @@ processes, `ray_tasks` as Ray tasks; `memory_budget` reads sizes and divides the
 streamed merge.
 """
 
+from lookupkit._lazy import lazy_faces
+
 __all__ = ["build_static", "export_tokens"]
 
-
-def __getattr__(name: str):
-    """The pipeline imported at first use (PEP 562): a command's flags (sizes, budgets) load no kernel."""
-    if name in __all__:
-        from lookupkit.build import pipeline
-
-        face = getattr(pipeline, name)
-        globals()[name] = face
-        return face
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# A command's flags (sizes, budgets) load no kernel.
+__getattr__ = lazy_faces(__name__, {"build_static": ".pipeline", "export_tokens": ".pipeline"})

@@ -6,14 +6,9 @@ compiled / plainly; confidence: its tables), static_source (what both compiled o
 cache), drafter (`Drafter`, the public API over the compiled ones).
 """
 
+from .._lazy import lazy_faces
+
 __all__ = ["Drafter"]
 
-
-def __getattr__(name: str):
-    """`Drafter` imported at first use (PEP 562): importing the package compiles or loads no kernel."""
-    if name == "Drafter":
-        from .drafter import Drafter
-
-        globals()[name] = Drafter
-        return Drafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Importing the package compiles or loads no kernel.
+__getattr__ = lazy_faces(__name__, {"Drafter": ".drafter"})

@@ -6,18 +6,9 @@ one generated sequence as an engine drafts it), longest_match (the
 derived from it), sweep (grids of replays, expected speed-up).
 """
 
+from .._lazy import lazy_faces
+
 __all__ = ["ReplayTrace", "replay", "replay_generation"]
 
-
-def __getattr__(name: str):
-    """The faces imported at first use (PEP 562): a trace or a sweep table loads no kernel."""
-    if name == "replay_generation":
-        from .loop import replay_generation as face
-    elif name == "replay":
-        from .run import replay as face
-    elif name == "ReplayTrace":
-        from .trace import ReplayTrace as face
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = face
-    return face
+# A trace or a sweep table loads no kernel.
+__getattr__ = lazy_faces(__name__, {"ReplayTrace": ".trace", "replay": ".run", "replay_generation": ".loop"})

@@ -5,14 +5,9 @@ shares), high_orders (the higher-order maps as the compiled policy reads them), 
 2-grams of a file that does not store them, from its constmap).
 """
 
+from .._lazy import lazy_faces
+
 __all__ = ["StaticCache", "read_table"]
 
-
-def __getattr__(name: str):
-    """The faces imported at first use (PEP 562), so a module of the package imports alone."""
-    if name in __all__:
-        from . import cache
-
-        globals().update(StaticCache=cache.StaticCache, read_table=cache.read_table)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# A module of the package imports alone.
+__getattr__ = lazy_faces(__name__, {"StaticCache": ".cache", "read_table": ".cache"})

@@ -5,15 +5,9 @@ gguf (metadata reader) -> vocab (Vocab, fingerprint) -> backends (tiktoken / HF 
 zstd int32 so prefixes of one corpus tokenize once.
 """
 
+from .._lazy import lazy_faces
+
 __all__ = ["SAFE_CUT", "Tokenizer"]
 
-
-def __getattr__(name: str):
-    """The faces imported at first use (PEP 562): reading a GGUF's vocabulary (gguf, vocab) loads no
-    encoder and no numba."""
-    if name in __all__:
-        from . import encode
-
-        globals().update(SAFE_CUT=encode.SAFE_CUT, Tokenizer=encode.Tokenizer)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Reading a GGUF's vocabulary (gguf, vocab) loads no encoder and no numba.
+__getattr__ = lazy_faces(__name__, {"SAFE_CUT": ".encode", "Tokenizer": ".encode"})
