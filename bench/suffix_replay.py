@@ -2,15 +2,18 @@
 longest corpus match of the last --max-len tokens and the run its occurrences agree on, compared with
 the tokens that really follow. Also times the calls and the index's build and open.
 
-    python -m lookupkit.bench.suffix_replay --corpus-ids wiki541.i32 --tokens 5586362 --index wiki25.lksx \
-        --eval-ids wikitest.gemma.i32
+    lookup-create --tokens wiki25.i32 --suffix-index -lcs wiki25.lkc      # the index: a version-3 .lkc
+    python -m lookupkit.bench.suffix_replay --cache wiki25.lkc --eval-ids wikitest.gemma.i32
 
---corpus-ids: raw little-endian int32 ids, one document (its first --tokens ids), or --corpus-docs a .npz of
-documents (bench.suffix_code_task writes one); the index is built into --index (store.build_file, the
-low-memory path) unless it exists. Prints one
-JSON object: sizes, build seconds and peak RSS, open ms, mean us per call (compiled loop, warm: the second
-of two passes), the share of positions whose match is >= 8/16/32 tokens, mean run and mean accepted run,
-and a suffix-only drafting loop over the whole text (accepted per call, S(C) at the reported costs).
+The index is `StaticCache.open(--cache).suffix`. A --cache that does not exist is built first, by
+lookup-create's code (build_static with suffix_index, no vocabulary, --jobs, --memory-budget) from
+--corpus-ids (raw little-endian int32 ids, one document: its first --tokens ids) or --corpus-docs (a .npz of
+documents, as bench.suffix_code_task writes one, keys in sorted order; empty documents are left out, as
+lookup-create refuses empty token files). Prints one JSON object: sizes (the four suffix sections' bytes
+per position), build seconds (the index phase) and peak RSS (by the end of that phase), open ms (open +
+the suffix views), mean us per call (compiled loop, warm: the second of two passes), the share of
+positions whose match is >= 8/16/32 tokens, mean run and mean accepted run, and a suffix-only drafting
+loop over the whole text (accepted per call, S(C) at the reported costs).
 """
 
 from __future__ import annotations
@@ -18,22 +21,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import sys
+import tempfile
 import time
-from typing import Iterator
+from pathlib import Path
 
 import numpy as np
 
+from lookupkit import StaticCache
+from lookupkit.build import build_static
+from lookupkit.build.memory_budget import parse_size
+from lookupkit.corpora import TokenFile
+from lookupkit.errors import InputError, LookupkitError
+from lookupkit.formats.lkc_suffix import NAMES
 from lookupkit.kernels import kernel
-from lookupkit.suffix.build import SEPARATOR, corpus_text
 from lookupkit.suffix.search import continuation_kernel, longest_match_kernel
-from lookupkit.suffix.store import build_file, open_index
 from lookupkit.verify_cost import speedups
 
 MATCH_BINS = (8, 16, 32)
-CHUNK = 1 << 23
 DRAFT_LOOPS = ((8, 1), (16, 1), (16, 2), (16, 4))  # (n_draft, min_count) of the suffix-only drafter
-COUNT_BINS = ((1, 1), (2, 3), (4, 15), (16, 2**62))  # the first run token's count: [positions, share accepted]  # ids read at a time while building
+COUNT_BINS = ((1, 1), (2, 3), (4, 15), (16, 2**62))  # the first run token's count: [positions, share accepted]
 
 
 @kernel
@@ -129,48 +136,63 @@ def replay(index, ev: np.ndarray, positions: np.ndarray, max_len: int, max_token
             "mean_accepted_given_match_ge_8": round(float(acc[lens >= 8].mean()) if np.any(lens >= 8) else 0.0, 3)}
 
 
-def text_chunks(a) -> tuple[int, Iterator[np.ndarray]]:
-    """(n, chunks) of the corpus text (documents each ended by SEPARATOR), read CHUNK ids at a time."""
-    if a.corpus_docs:
-        z = np.load(a.corpus_docs)
-        keys = sorted(z.files)
-        n = sum(len(z[k]) + 1 for k in keys)
-        return n, (corpus_text([z[k]]) for k in keys)
-    n_ids = a.tokens or os.path.getsize(a.corpus_ids) // 4
-
-    def read():
-        with open(a.corpus_ids, "rb") as f:
-            for start in range(0, n_ids, CHUNK):
-                yield np.fromfile(f, dtype="<i4", count=min(CHUNK, n_ids - start))
-        yield np.array([SEPARATOR], np.int32)
-    return n_ids + 1, read()
+def build_cache(a, path: str) -> dict:
+    """Build --cache with lookup-create's code from --corpus-ids / --corpus-docs (token files written to a
+    temporary directory where the ids need cutting or splitting); returns build_static's summary."""
+    with tempfile.TemporaryDirectory(prefix="suffix-replay-") as tmp:
+        if a.corpus_docs:
+            z = np.load(a.corpus_docs)
+            paths = []
+            for i, key in enumerate(k for k in sorted(z.files) if len(z[k])):
+                paths.append(Path(tmp, f"{i:06d}.npy"))
+                np.save(paths[-1], np.asarray(z[key], np.int32))
+        elif a.tokens:
+            paths = [Path(tmp, "prefix.npy")]
+            np.save(paths[0], np.fromfile(a.corpus_ids, dtype="<i4", count=a.tokens))
+        else:
+            paths = [Path(a.corpus_ids)]
+        return build_static([TokenFile(p) for p in paths], None, path, jobs=a.jobs, token_cache=False,
+                            memory_budget=parse_size(a.memory_budget), suffix_index=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus-ids")
-    src.add_argument("--corpus-docs")
+    ap.add_argument("--cache", required=True, help="a version-3 .lkc (lookup-create --suffix-index); built if missing")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--corpus-ids", help="raw int32 ids to build a missing --cache from")
+    src.add_argument("--corpus-docs", help="a .npz of documents to build a missing --cache from")
     ap.add_argument("--tokens", type=int, default=0, help="first N ids of --corpus-ids (0: all)")
-    ap.add_argument("--index", required=True)
+    ap.add_argument("--jobs", type=int, default=1, help="lookup-create -j when building")
+    ap.add_argument("--memory-budget", default="2GB", help="lookup-create --memory-budget when building")
     ap.add_argument("--eval-ids", required=True, help="raw int32 ids (or a .npz of documents, concatenated)")
     ap.add_argument("--positions", type=int, default=50_000, help="evenly spaced evaluation positions")
     ap.add_argument("--max-len", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--min-share", type=float, default=0.5)
     a = ap.parse_args()
+    try:
+        print(json.dumps(run(a)))
+    except LookupkitError as exc:
+        sys.exit(f"suffix_replay: {exc}")
+
+
+def run(a) -> dict:
     res: dict = {"load_before": os.getloadavg()[0]}
-    if not os.path.exists(a.index):
-        t0 = time.perf_counter()
-        n, chunks = text_chunks(a)
-        build_file(chunks, n, a.index)
-        res["build_s"] = round(time.perf_counter() - t0, 2)
-        res["build_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if not os.path.exists(a.cache):
+        if not (a.corpus_ids or a.corpus_docs):
+            raise InputError(f"--cache {a.cache} does not exist: build it with lookup-create --tokens IDS "
+                             "--suffix-index, or pass --corpus-ids / --corpus-docs to build it here")
+        summary = build_cache(a, a.cache)
+        res["build_s"] = summary["suffix_index"]["seconds"]
+        res["build_peak_rss_mb"] = round(summary["peak_rss_bytes_by_end_of"]["index"] / 2**20, 1)
     t0 = time.perf_counter()
-    index = open_index(a.index)
+    cache = StaticCache.open(a.cache)
+    index = cache.suffix
     res["open_ms"] = round(1000 * (time.perf_counter() - t0), 3)
+    if index is None:
+        raise InputError(f"{a.cache} holds no suffix index: build it with lookup-create --suffix-index")
     res["corpus_tokens"] = index.n
-    res["bytes_per_token"] = round(os.path.getsize(a.index) / max(1, index.n), 3)
+    res["bytes_per_token"] = round(sum(cache.meta["sections"][s]["length"] for s in NAMES) / max(1, index.n), 3)
     if a.eval_ids.endswith(".npz"):
         z = np.load(a.eval_ids)
         ev = np.concatenate([z[k] for k in sorted(z.files)]).astype(np.int64)
@@ -181,7 +203,7 @@ def main() -> None:
     res.update(replay(index, ev, positions, a.max_len, a.max_tokens, a.min_share))
     res["draft_loops"] = [draft_loop(index, ev, a.max_len, d, a.min_share, c) for d, c in DRAFT_LOOPS]
     res["load_after"] = os.getloadavg()[0]
-    print(json.dumps(res))
+    return res
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
                 orders=None, suffix=None) -> str:
     """Write the table in `parts` (ordered, disjoint key ranges) to `path` atomically in format `fmt`;
     `orders` (formats.lkc_orders.HighOrders, lkc only) adds the higher-order sections, `suffix`
-    (formats.lkc_suffix.Part, lkc only) the suffix index, copied from its built file."""
+    (lookupkit.suffix.write.Part, lkc only) the suffix index, copied from its built file."""
     if orders is not None and not BY_NAME[fmt].has_orders:
         raise InputError(f"higher orders (--orders) are stored in .lkc files only, not {fmt}")
     if suffix is not None and not BY_NAME[fmt].has_suffix:

@@ -15,7 +15,8 @@ from lookupkit.counts.bigrams import count_static
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import lkc, lkc_suffix
-from lookupkit.suffix import build, build_index, continuation, corpus_text, longest_match
+from lookupkit.suffix import build_index, continuation, corpus_text, longest_match
+from lookupkit.suffix import write as suffix_write
 
 DOCS = [np.random.default_rng(5).integers(0, 40, 3000), np.arange(7), np.zeros(0, np.int64),
         np.random.default_rng(6).integers(2**18 - 50, 2**18, 600)]
@@ -31,13 +32,6 @@ def write(path, docs=DOCS, suffix=True, orders=None):
     with atomic_writer(path) as f:
         lkc.write_file(f, table, {}, orders=orders, suffix=index)
     return table, index
-
-
-def test_the_format_facts_are_the_builders():
-    assert (lkc_suffix.SEPARATOR, lkc_suffix.SAMPLE, lkc_suffix.MAX_ID, lkc_suffix.MAX_TEXT) == \
-        (build.SEPARATOR, build.SAMPLE, build.MAX_ID, build.MAX_TEXT)
-    for n in (0, 2**31 - 1, 2**31):
-        assert lkc_suffix.index_dtype(n) == np.dtype(build.sa_dtype(n)).newbyteorder("<").str
 
 
 def test_round_trip_is_the_same_index_as_views_into_the_file(tmp_path):
@@ -182,11 +176,36 @@ def test_an_empty_corpus_and_documents_without_ids(tmp_path):
 
 def test_build_part_refuses_ids_beyond_the_packing_and_wrong_sizes(tmp_path):
     with pytest.raises(InputError, match="too large for --suffix-index"):
-        lkc_suffix.build_part([[np.array([1, 2**24 - 1])]], 3, str(tmp_path / "x"))
+        suffix_write.build_part([[np.array([1, 2**24 - 1])]], 3, str(tmp_path / "x"))
     with pytest.raises(InputError, match="5 were announced"):
-        lkc_suffix.build_part([[np.array([1, 2])]], 5, str(tmp_path / "x"))
+        suffix_write.build_part([[np.array([1, 2])]], 5, str(tmp_path / "x"))
+    with pytest.raises(InputError, match="more than the 2 ids"):
+        suffix_write.build_part([[np.array([1, 2])]], 2, str(tmp_path / "x"))
     with pytest.raises(InputError, match="pass --memory-budget 15MiB or more"):
-        lkc_suffix.check_budget(2**20, 2**20)
+        suffix_write.check_budget(2**20, 2**20)
+
+
+def _part_sections(part) -> dict[str, bytes]:
+    raw = open(part.path, "rb").read()
+    return {s: raw[part.offsets[s]:part.offsets[s] + part.nbytes(s)] for s in lkc_suffix.NAMES}
+
+
+@pytest.mark.parametrize("cut, block", [(1, 1 << 22), (7, 5), (1000, 3), (10**6, 1 << 22)])
+def test_build_part_writes_the_in_memory_sections_however_the_ids_come(tmp_path, monkeypatch, cut, block):
+    """Documents as arrays of `cut` ids, packed `block` at a time: the sections and header of build_index."""
+    monkeypatch.setattr(suffix_write, "_BLOCK", block)
+    rng = np.random.default_rng(cut)
+    docs = [rng.integers(0, 30, 2500), np.zeros(0, np.int64), rng.integers(2**18 - 40, 2**18, 700)]
+    n = sum(len(d) + 1 for d in docs)
+    pieces = ([d[i:i + cut] for i in range(0, len(d), cut)] for d in docs)
+    part = suffix_write.build_part(pieces, n, str(tmp_path / "p"))
+    arrays, header = lkc_suffix.sections_of(build_index(corpus_text(docs)))
+    assert part.header == header and _part_sections(part) == {s: a.tobytes() for s, a in arrays.items()}
+    assert all(part.sha256[s] == hashlib.sha256(a.tobytes()).hexdigest() for s, a in arrays.items())
+    empty = suffix_write.build_part([], 0, str(tmp_path / "e"))
+    assert empty.header == lkc_suffix.sections_of(build_index(corpus_text([])))[1]
+    assert {s: len(b) for s, b in _part_sections(empty).items()} == {"suffix_text": 0, "suffix_sa": 0,
+                                                                     "suffix_starts": 8, "suffix_second": 0}
 
 
 # ---- lookup-create --suffix-index, inspect, verify, convert ----------------------------------------
@@ -282,7 +301,7 @@ def test_create_refuses_what_the_index_cannot_hold(corpus, monkeypatch):
                           "too large for --suffix-index", "leave out --suffix-index")
     assert_one_line_error(create("-f", corpus / "a.txt", "--suffix-index", "-lcs", corpus / "x.ggngcmap"),
                           "--suffix-index writes a .lkc file")
-    monkeypatch.setattr(lkc_suffix, "BYTES_PER_TOKEN_TO_BUILD", 10**6)
+    monkeypatch.setattr(suffix_write, "BYTES_PER_TOKEN_TO_BUILD", 10**6)
     assert_one_line_error(create("-f", corpus / "a.txt", "--suffix-index", "--memory-budget", "64MiB",
                                  "-lcs", corpus / "x.lkc"), "too small for the suffix index", "pass --memory-budget",
                           after_progress=True)

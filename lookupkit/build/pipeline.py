@@ -5,7 +5,7 @@ store, or, with jobs > 1 and nothing stored yet, tokenized and counted at once b
 token files are used as they are), count (exact follower counts of what was not counted yet, in
 sorted runs spilled to a work directory beyond the memory budget), merge (a k-way merge of the runs,
 one key range per task), write (streamed from the merged parts: formats.streamed); `orders` and `index`
-(the suffix index: formats.lkc_suffix, built into the work directory, copied in by the writer) come
+(the suffix index: lookupkit.suffix.write, built into the work directory, copied in by the writer) come
 after counting, while the documents' ids are at hand. Every source is one document, as if each had been
 given to llama.cpp's lookup-create on its own and the caches merged. The summary reports sizes,
 seconds per phase and the process's peak RSS.
@@ -35,11 +35,12 @@ from lookupkit.counts.high_orders import count_order, follower_bits
 from lookupkit.counts.runs import key_ranges
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import BY_NAME, format_for_path, lkc_suffix
+from lookupkit.formats import BY_NAME, format_for_path
 from lookupkit.formats.streamed import write_parts
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.memory import peak_rss_bytes
 from lookupkit.rules import COUNT_MAX, ID_MAX
+from lookupkit.suffix import write as suffix_write
 from lookupkit.tokenizer.store import TokenStore
 
 ProgressFactory = Callable[[], "contextlib.AbstractContextManager"]  # a rich Progress with a {rate} column
@@ -65,8 +66,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
     every document in the driver, so text is then tokenized by the driver (jobs still count 2-grams).
     `suffix_index` also builds the corpus' suffix index (version 3 .lkc; the same driver rule), within
-    `memory_budget` (lkc_suffix.BYTES_PER_TOKEN_TO_BUILD per token, checked once the corpus is tokenized,
-    before counting).
+    `memory_budget` (lookupkit.suffix.write.BYTES_PER_TOKEN_TO_BUILD per token, checked once the corpus is
+    tokenized, before counting).
     """
 
     t_start = time.perf_counter()
@@ -97,7 +98,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         if orders is not None:
             orders = dataclasses.replace(orders, follower_bits=follower_bits(spec.id_bound or spec.n_vocab))
         if suffix_index:
-            lkc_suffix.check_ids(tokenizer.n_vocab - 1 if tokenizer is not None else (spec.id_bound or 1) - 1)
+            suffix_write.check_ids(tokenizer.n_vocab - 1 if tokenizer is not None else (spec.id_bound or 1) - 1)
         high = suffix = None
         if ray is not None:
             from lookupkit.build.ray_tasks import count_on_ray
@@ -155,7 +156,7 @@ def _vocab_bounds(tokenizer, sources) -> tuple[int, str, int | None]:
 def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token_cache, progress, phases, peaks,
                  orders=None, suffix_index=False):
     """Tokenize and count in `plan.jobs` processes; merge by key range. Returns (docs, skipped, parts, the
-    higher orders or None, the suffix index's lkc_suffix.Part or None)."""
+    higher orders or None, the suffix index's lookupkit.suffix.write.Part or None)."""
     high = suffix = None
     workers = Workers(plan.jobs, tokenizer, spec)
     try:
@@ -178,7 +179,7 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                     docs += d
                     skipped += s
             if suffix_index:  # (before counting: a refusal costs no more than the tokenizing)
-                lkc_suffix.check_budget(_positions(docs), plan.total)
+                suffix_write.check_budget(_positions(docs), plan.total)
             try:
                 with _timed(phases, peaks, "count"):
                     _count_docs([(n, d) for n, d in enumerate(docs) if not isinstance(d, CountedDoc)], workers,
@@ -212,7 +213,7 @@ def _suffix_part(docs, work, progress, phases, peaks):
     """The suffix index of the documents (one SEPARATOR after each), built into the work directory."""
     n = _positions(docs)
     with _timed(phases, peaks, "index"), _bar(progress, False, "index", n) as advance:
-        return lkc_suffix.build_part((d.arrays() for d in docs), n, os.path.join(work, "suffix.raw"), advance)
+        return suffix_write.build_part((d.arrays() for d in docs), n, os.path.join(work, "suffix.raw"), advance)
 
 
 def _positions(docs) -> int:

@@ -1,8 +1,8 @@
 """A suffix index over a corpus' token ids: the longest earlier match anywhere in the corpus, and the run of
 tokens its occurrences agree on (issue 15). On disk it is the .lkc version-3 sections
-(formats.lkc_suffix, `lookup-create --suffix-index`, `StaticCache.suffix`); the policy drafts from it
-through draft.suffix_source, calling the kernels search.longest_match_kernel and continuation_kernel.
-store.py's stand-in file remains only for bench/suffix_replay.py.
+(formats.lkc_suffix, which defines the format's constants; `lookup-create --suffix-index` builds them with
+write.build_part; `StaticCache.suffix` hands them out); the policy drafts from it through
+draft.suffix_source, calling the kernels search.longest_match_kernel and continuation_kernel.
 
     text = corpus_text(docs)                 # ids of every document, each followed by SEPARATOR
     index = build_index(text)                # suffix array (libdivsufsort), first-token table

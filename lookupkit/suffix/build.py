@@ -24,12 +24,8 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import InputError
+from ..formats.lkc_suffix import MAX_ID, MAX_TEXT, SAMPLE, SEPARATOR, index_dtype
 from ..kernels import kernel
-
-SEPARATOR = -1  # ends every document in the text
-SAMPLE = 32  # second[k] = second token of SA row k * SAMPLE: 0.125 bytes per token, searched before the SA
-MAX_ID = 2**24 - 2  # the 3-byte packing holds id + 1 < 2^24
-MAX_TEXT = (2**31 - 1) // 3  # libdivsufsort's int32 SA of 3n bytes; beyond: the 64-bit build (not wired)
 
 
 @dataclass(frozen=True)
@@ -203,12 +199,7 @@ def starts_from_counts(counts: np.ndarray) -> np.ndarray:
     """first_token_starts from counts[t + 1] = occurrences of t (SEPARATOR first)."""
     if len(counts) == 0:
         return np.zeros(2, np.int32)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(sa_dtype(int(counts.sum())))
-
-
-def sa_dtype(n: int) -> type:
-    """int32 below 2^31 positions (4 bytes per token), else int64."""
-    return np.int32 if n < 2**31 else np.int64
+    return np.concatenate([[0], np.cumsum(counts)]).astype(index_dtype(int(counts.sum())))
 
 
 @kernel
@@ -233,7 +224,7 @@ def second_tokens(packed: np.ndarray, sa: np.ndarray) -> np.ndarray:
 def build_index(text: np.ndarray, builder=divsufsort_sa) -> SuffixIndex:
     """The suffix index of a corpus_text (the suffix array copied out of the builder's larger buffer)."""
     text = check_text(text)
-    sa = np.array(builder(text), sa_dtype(len(text)))
+    sa = np.array(builder(text), index_dtype(len(text)))
     packed = np.empty(3 * len(text), np.uint8)
     pack3(text, packed)
     return SuffixIndex(text=text, sa=sa, starts=first_token_starts(text), second=second_tokens(packed, sa))

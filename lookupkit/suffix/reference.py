@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .build import SEPARATOR
+from ..formats.lkc_suffix import SEPARATOR
 
 
 def suffix_array(text: np.ndarray) -> np.ndarray:
