@@ -27,7 +27,7 @@ from lookupkit.errors import InputError, LookupkitWarning
 from lookupkit.files import atomic_writer
 from lookupkit.formats import llama, read_ngrams
 from lookupkit.memory import peak_rss_bytes
-from lookupkit.replay import longest_match
+from lookupkit.replay import longest_match, suffix_run
 from lookupkit.replay.run import replay
 from lookupkit.replay.sweep import DEFAULTS, SWEPT_MAX, default_grid, expected_speedup, sweep as run_sweep, sweep_table
 from lookupkit.verify_cost import VerifyCost, speedup
@@ -47,6 +47,7 @@ EXAMPLES = f"""Examples:
   lookup-stats -f eval.txt -lcs wiki.lkc --verify-cost gemma.curve.json   # the speed-up on your model
   lookup-stats -f eval.txt -lcs wiki.lkc --sweep                    # a grid of replays, one table
   lookup-stats -f eval.txt --source ngram                           # the longest earlier match, no cache
+  lookup-stats -f eval.txt -lcs code-sx.lkc --source suffix         # the longest match in the corpus
 
 Without --verify-cost the verdict is given at a verify cost of {DEFAULT_COST} per drafted token
 (`lookupkit calibrate` measures yours).
@@ -58,6 +59,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_mar
 class Source(str, Enum):
     lookup = "lookup"
     ngram = "ngram"
+    suffix = "suffix"
 
 
 class Engine(str, Enum):
@@ -87,9 +89,11 @@ def stats(
     n_draft: Optional[int] = typer.Option(None, "--draft", "--draft-max", "--draft-n", metavar="N", help="Maximum "
                                           f"drafted tokens per call (default {DEFAULTS['lookup']['n_draft']}; "
                                           f"{DEFAULTS['policy']['n_draft']} with --policy lookupkit, which drafts "
-                                          f"only what pays of them; {DEFAULTS['ngram']['n_draft']} for --source ngram)."),
+                                          f"only what pays of them; {DEFAULTS['ngram']['n_draft']} for --source ngram, "
+                                          f"{suffix_run.DEFAULT_DRAFT} for --source suffix)."),
     source: Source = typer.Option(Source.lookup, "--source", help="lookup: llama.cpp's caches; ngram: the longest "
-                                  "earlier match in the sequence."),
+                                  "earlier match in the sequence; suffix: the run after the longest match in the "
+                                  "static cache's corpus (-lcs built with --suffix-index)."),
     engine: Engine = typer.Option(Engine.fast, "--engine", help="fast (compiled) or reference (readable Python)."),
     policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
                                       f"lookupkit: draft only what pays at --verify-cost (default {DEFAULT_COST}), from every "
@@ -97,9 +101,9 @@ def stats(
     policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
                                                 "confidence tables (default: the bundled ones, learnt on held-out "
                                                 "Wikipedia text; lookupkit tune-policy learns others)."),
-    min_match: Optional[int] = typer.Option(None, "--ngram-min-match", metavar="N", help="--source ngram: draft "
-                                            "nothing below this match length (default "
-                                            f"{longest_match.DEFAULT_MIN_MATCH})."),
+    min_match: Optional[int] = typer.Option(None, "--ngram-min-match", metavar="N", help="--source ngram/suffix: "
+                                            "draft nothing below this match length (default "
+                                            f"{longest_match.DEFAULT_MIN_MATCH}/{suffix_run.DEFAULT_MIN_MATCH})."),
     max_match: Optional[int] = typer.Option(None, "--ngram-max-match", metavar="N", help="--source ngram: longest "
                                             f"match length considered (default {longest_match.DEFAULT_MAX_MATCH})."),
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Extra cost of each "
@@ -114,13 +118,13 @@ def stats(
     save_dynamic: Optional[Path] = typer.Option(None, "--save-dynamic", metavar="FILE", help="Write the final dynamic cache "
                                                 "(legacy format)."),
 ) -> None:
-    ngram = source is Source.ngram
+    ngram, sfx = source is Source.ngram, source is Source.suffix
     use_policy = policy is PolicyName.lookupkit
-    _check_combination(ngram, engine, sweep, lcs=lcs, lcd=lcd, save_dynamic=save_dynamic, dump=dump,
+    _check_combination(ngram, sfx, engine, sweep, lcs=lcs, lcd=lcd, save_dynamic=save_dynamic, dump=dump,
                        ngram_min_match=min_match, ngram_max_match=max_match)
-    if use_policy and (ngram or engine is Engine.reference):
-        raise InputError("--policy lookupkit drafts from the lookup caches with the fast engine "
-                         "(not with --source ngram or --engine reference)")
+    if use_policy and (ngram or sfx or engine is Engine.reference):
+        raise InputError("--policy lookupkit drafts from the lookup caches (and a suffix index, if the static "
+                         "cache has one) with the fast engine: not with --source ngram/suffix or --engine reference")
     if policy_table is not None and not use_policy:
         raise InputError("--policy-table is only used with --policy lookupkit")
     tables = load_tables(policy_table) if use_policy else None
@@ -129,13 +133,20 @@ def stats(
     kind = "policy" if use_policy else source.value
     given = dict(file=file, model=model, tokens=tokens, lcs=lcs, lcd=lcd, ctx_size=ctx_size, n_draft=n_draft,
                  policy_table=policy_table, min_match=min_match, max_match=max_match, verify_cost=verify_cost)
-    if n_draft is None and (not sweep or use_policy):  # a sweep without --draft sweeps it
+    if n_draft is None and sfx:
+        n_draft = suffix_run.DEFAULT_DRAFT
+    elif n_draft is None and (not sweep or use_policy):  # a sweep without --draft sweeps it
         n_draft = DEFAULTS[kind]["n_draft"]
     max_match = longest_match.DEFAULT_MAX_MATCH if max_match is None else max_match
     one_min_match = min(longest_match.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
     if ngram:
         longest_match.check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
     static, dynamic, t_static, t_load = _load_caches(lcs, lcd, vocab, ids)
+    if sfx:
+        suffix_run.check_params(n_draft, suffix_run.DEFAULT_MIN_MATCH if min_match is None else min_match)
+        if static is None or getattr(static, "suffix", None) is None:
+            raise InputError("--source suffix drafts from a static cache's suffix index: give -lcs a cache built "
+                             "with lookup-create --suffix-index" + (f" ({static.name} has none)" if static else ""))
     if use_policy and (static is None or len(static.orders) == 1):
         warnings.warn(LookupkitWarning(
             "--policy lookupkit: " + ("no static cache (-lcs)" if static is None else f"{static.name} holds no "
@@ -154,6 +165,10 @@ def stats(
         return
     if ngram:
         trace, final_dynamic = longest_match.replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
+    elif sfx:
+        trace = suffix_run.replay_suffix(ids, ctx_size, static.suffix, n_draft,
+                                         suffix_run.DEFAULT_MIN_MATCH if min_match is None else min_match)
+        final_dynamic = None
     else:
         pol_cost = cost if cost is not None else VerifyCost.of(DEFAULT_COST)
         pol = make_policy(tables, pol_cost.at, n_draft, *_policy_sources(static)) if use_policy else None
@@ -174,7 +189,7 @@ def stats(
         print_json(trace.summary())
         return
     lines = report_lines(trace)
-    if not ngram:
+    if source is Source.lookup:
         other = _other_policy(use_policy, ids, ctx_size, given["n_draft"], static, dynamic, tables, pol_cost)
         lines.append(verdict_line(trace, pol_cost, use_policy, other, given=cost is not None))
     typer.echo("\n".join(lines))
@@ -240,19 +255,24 @@ def _print_sweep(rows: list[dict], as_json: bool, **about) -> None:
         typer.echo(sweep_table(rows))
 
 
-def _check_combination(ngram: bool, engine: Engine, sweep: bool, **given) -> None:
+def _check_combination(ngram: bool, sfx: bool, engine: Engine, sweep: bool, **given) -> None:
     """Refuse flags that the chosen mode would silently ignore."""
     names = {"lcs": "-lcs", "lcd": "-lcd", "save_dynamic": "--save-dynamic", "dump": "--dump",
              "ngram_min_match": "--ngram-min-match", "ngram_max_match": "--ngram-max-match"}
     used = {k for k, v in given.items() if v is not None}
     rules = [(ngram, {"lcs", "lcd", "save_dynamic"}, "--source ngram (it drafts from the sequence alone)"),
-             (not ngram, {"ngram_min_match", "ngram_max_match"}, "--source lookup"),
+             (sfx, {"lcd", "save_dynamic", "ngram_max_match"}, "--source suffix (it drafts from the suffix index "
+              "alone, matches of up to " f"{suffix_run.MAX_LEN} tokens)"),
+             (not ngram and not sfx, {"ngram_min_match", "ngram_max_match"}, "--source lookup"),
              (sweep, {"dump", "save_dynamic"}, "--sweep (they describe one replay)")]
     for active, flags, mode in rules:
         bad = sorted(used & flags)
         if active and bad:
             raise InputError(f"{', '.join(names[k] for k in bad)} cannot be used with {mode}")
-    if engine is Engine.reference and (ngram or sweep):
+    if sfx and sweep:
+        raise InputError("--sweep replays --source lookup or ngram (for --source suffix, run --draft and "
+                         "--ngram-min-match values one by one)")
+    if engine is Engine.reference and (ngram or sfx or sweep):
         raise InputError("--engine reference replays --source lookup only, one replay at a time (no --sweep)")
 
 

@@ -463,12 +463,13 @@ def test_a_replay_checks_its_parameters_once(tmp_path, monkeypatch, mode):
 
 def test_help_states_each_policys_draft_default_from_the_constants():
     from lookupkit.verify_cost import DEFAULT_COST
-    from lookupkit.replay import longest_match
+    from lookupkit.replay import longest_match, suffix_run
     from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT
 
     text = " ".join(stats("--help").output.split())
     assert (f"(default {DEFAULT_DRAFT}; {POLICY_DRAFT} with --policy lookupkit, which drafts only what pays of them; "
-            f"{longest_match.DEFAULT_DRAFT} for --source ngram)") in text
+            f"{longest_match.DEFAULT_DRAFT} for --source ngram, {suffix_run.DEFAULT_DRAFT} for --source suffix)") in text
+    assert (f"(default {longest_match.DEFAULT_MIN_MATCH}/{suffix_run.DEFAULT_MIN_MATCH})") in text
     assert f"cost (default {DEFAULT_COST})" in text and "Examples:" in text
 
 
