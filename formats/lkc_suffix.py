@@ -111,7 +111,7 @@ def verify(views: dict[str, np.ndarray], header: dict, name: str, chunk: int = 1
     for a in range(0, n, chunk):
         counts += np.bincount(text[a:a + chunk] + 1, minlength=len(counts))
     if n and not np.array_equal(np.concatenate([[0], np.cumsum(counts)]), starts.astype(np.int64)):
-        raise bad("the first-token table does not match the text")
+        raise bad("suffix_starts (the first-token table) does not match the text")
     if n and int(counts[0]) != meta["n_documents"]:
         raise bad(f"{int(counts[0])} document ends, the header says {meta['n_documents']}")
     checks = [f"suffix_text: ids in {SEPARATOR}..{meta['max_id']}, ends with {SEPARATOR}, "

@@ -153,6 +153,79 @@ def test_damaged_sections_are_found_by_verify(tmp_path):
     assert "\n" not in str(err.value)
 
 
+# Opens a damaged file without verify and searches it, then drafts from it with tables that have learnt the
+# suffix source (so the policy's kernels read it too); in a process of its own, so that a stray read is a
+# failed test, not a crashed run.
+SEARCH_DAMAGED = """
+import json, sys
+import numpy as np
+from lookupkit import Drafter, StaticCache
+from lookupkit.draft import confidence
+from lookupkit.draft.policy import SRC_SUFFIX
+from lookupkit.errors import InputError
+from lookupkit.suffix import continuation, longest_match
+
+path, table_path = sys.argv[1:]
+table, agree = confidence.load(None)
+table = table.copy()
+table[SRC_SUFFIX:] = 0.95
+confidence.save((table, agree), table_path)
+rng = np.random.default_rng(0)
+matched = refused = drafted = 0
+with StaticCache.open(path) as cache:
+    index = cache.suffix
+    text = np.array(index.text)
+    for _ in range(400):
+        at = int(rng.integers(1, index.n))
+        ctx = text[max(0, at - 30):at]
+        ctx = ctx[ctx >= 0].tolist() + rng.integers(0, 45, int(rng.integers(0, 2))).tolist()
+        m = longest_match(index, ctx)
+        matched += m[0] > 0
+        try:
+            continuation(index, *m)
+        except InputError:  # rows the damage made disagree: refused, not read
+            refused += 1
+    drafter = Drafter(static=cache, policy="lookupkit", policy_table=table_path)
+    for _ in range(100):
+        at = int(rng.integers(1, index.n))
+        ctx = text[max(0, at - 40):at]
+        drafted += len(drafter.draft(ctx[ctx >= 0].tolist() or [1], 16))
+print(json.dumps({"matched": matched, "refused": refused, "drafted": drafted}))
+"""
+
+
+def _damage(path, out, section, values):
+    """`path` with every third element of `section` (int32) set to one of `values` in turn, re-signed."""
+    raw = bytearray(path.read_bytes())
+    sec = json.loads(raw[64:64 + lkc.PREAMBLE.unpack_from(raw)[3]])["sections"][section]
+    a = np.frombuffer(raw, np.int32, sec["length"] // 4, sec["offset"]).copy()
+    a[1::3] = np.resize(np.array(values, np.int64), len(a[1::3])).astype(np.int32)
+    raw[sec["offset"]:sec["offset"] + sec["length"]] = a.tobytes()
+    out.write_bytes(bytes(raw))
+    digest = hashlib.sha256(a.tobytes()).hexdigest()
+    return _rewrite(out, out.with_suffix(".signed.lkc"), _set("sections", section, "sha256", digest))
+
+
+@pytest.mark.parametrize("section", ["suffix_sa", "suffix_starts"])
+def test_a_damaged_index_opened_without_verify_is_searched_without_a_stray_read(tmp_path, section):
+    import subprocess
+    import sys
+
+    _, index = write(tmp_path / "c.lkc")
+    n = index.n
+    signed = _damage(tmp_path / "c.lkc", tmp_path / "bad.lkc", section,
+                     [2**31 - 1, -2**31, -1, n, n + 7, 2**30, -n])
+    for path in (tmp_path / "bad.lkc", signed):  # open checks no section's bytes: both open
+        r = subprocess.run([sys.executable, "-c", SEARCH_DAMAGED, str(path), str(tmp_path / "t.json")],
+                           capture_output=True, text=True, cwd="/", timeout=600)
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got["matched"] > 0 and got["drafted"] >= 0
+        checked = umbrella("verify", path)  # the checksum (bad.lkc) or the bounds (re-signed) find the damage
+        assert checked.exit_code == 2 and "Traceback" not in checked.output
+        assert section in checked.stderr and len(checked.stderr.strip().splitlines()) == 1, checked.stderr
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_corpora_round_trip(tmp_path, seed):
     rng = np.random.default_rng(seed)

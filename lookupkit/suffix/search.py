@@ -14,6 +14,11 @@ continuation: the rows of a range are sorted by the token after the match, so ea
 occurrences are one block. A token with share >= min_share of the N rows fills a block of at least
 ceil(min_share * N) rows, so it holds one of the rows lo, lo + step, ... (step = that block size): only
 those ~1/min_share tokens are counted (galloping out from the sampled row both ways), exactly, whatever N.
+
+Damage: StaticCache.open checks the sections' shapes, not their content (verify does). So that a damaged
+file cannot make the kernels read outside the arrays (numba checks no bounds), every text read goes through
+`token_at` (a position outside the text reads as SEPARATOR: no pattern token matches it, and a run stops
+there) and the first-token table's rows are clamped to [0, n]: garbage answers, never a stray read.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..formats.lkc_suffix import SAMPLE, SEPARATOR
 from ..kernels import kernel
-from .build import SAMPLE, SEPARATOR, SuffixIndex
+from .build import SuffixIndex
 
 DEFAULT_MAX_LEN = 64
 
@@ -39,11 +45,21 @@ class Run(NamedTuple):
 
 
 @kernel
+def token_at(text, sa, row, off):
+    """The token `off` after the suffix of SA row `row` (0 <= row < n); SEPARATOR if a damaged SA entry puts it
+    outside the text (an intact index never does: a pattern holds no SEPARATOR, so its reads stop at one)."""
+    p = np.uint64(np.int64(sa[row]) + off)  # (unsigned: p < 0 or p >= n is one comparison)
+    if p >= np.uint64(text.shape[0]):
+        return np.int32(SEPARATOR)
+    return text[p]  # (an unsigned index: numba adds no negative-index wraparound to the read)
+
+
+@kernel
 def bound(text, sa, lo, hi, off, c, upper):
     """First row j in [lo, hi) whose token at offset `off` is >= c (> c if upper); rows sorted there."""
     while lo < hi:
         mid = (lo + hi) >> 1
-        v = text[sa[mid] + off]
+        v = token_at(text, sa, mid, off)
         if v < c or (upper and v == c):
             lo = mid + 1
         else:
@@ -57,7 +73,7 @@ def block_end(text, sa, j, hi, off, c):
     (galloping: a block is usually far smaller than its range); rows [j, hi) sorted at off."""
     step = np.int64(1)
     a = j  # text at row a is c
-    while a + step < hi and text[sa[a + step] + off] == c:
+    while a + step < hi and token_at(text, sa, a + step, off) == c:
         a += step
         step *= 2
     return bound(text, sa, a + 1, min(a + step, hi), off, c, True)
@@ -68,7 +84,7 @@ def block_start(text, sa, lo, j, off, c):
     """Start of the block of rows ending at j (whose token at `off` is c) holding c, galloping down to lo."""
     step = np.int64(1)
     b = j
-    while b - step >= lo and text[sa[b - step] + off] == c:
+    while b - step >= lo and token_at(text, sa, b - step, off) == c:
         b -= step
         step *= 2
     return bound(text, sa, max(b - step + 1, lo), b, off, c, False)
@@ -97,7 +113,8 @@ def find(text, sa, starts, second, ctx, s, e):
     t = ctx[s]
     if t + 2 >= starts.shape[0]:
         return np.int64(0), np.int64(0)
-    lo, hi = np.int64(starts[t + 1]), np.int64(starts[t + 2])
+    n = np.int64(sa.shape[0])
+    lo, hi = min(max(np.int64(starts[t + 1]), 0), n), min(max(np.int64(starts[t + 2]), 0), n)  # (damage: in [0, n])
     if e - s > 1 and lo < hi:  # the second token from the sample: the widest range, the most misses saved
         c = ctx[s + 1]
         lo, hi = second_bound(text, sa, second, lo, hi, c), second_bound(text, sa, second, lo, hi, c + 1)
@@ -106,7 +123,7 @@ def find(text, sa, starts, second, ctx, s, e):
             break
         c = ctx[s + j]
         lo = bound(text, sa, lo, hi, j, c, False)
-        if lo < hi and text[sa[lo] + j] == c:
+        if lo < hi and token_at(text, sa, lo, j) == c:
             hi = block_end(text, sa, lo, hi, j, c)
         else:
             hi = lo
@@ -157,7 +174,7 @@ def continuation_kernel(text, sa, m, lo, hi, max_tokens, min_share, tokens, coun
         prev = SEPARATOR - 1
         j = lo
         while j < hi:
-            t = text[sa[j] + m]
+            t = token_at(text, sa, j, m)
             if t != prev:
                 a = block_start(text, sa, lo, j, m, t)
                 b = block_end(text, sa, j, hi, m, t)
@@ -183,11 +200,11 @@ def _context(context: Sequence[int]) -> np.ndarray:
 
 def _is_match(index: SuffixIndex, length: int, lo: int, hi: int) -> bool:
     """Whether rows [lo, hi) share their first `length` tokens, none a SEPARATOR: checking the first and the
-    last row suffices, the rows between being sorted (and it keeps the kernel's reads inside the text)."""
+    last row suffices, the rows between being sorted."""
     if hi == lo or length == 0:
         return True
     a, b = int(index.sa[lo]), int(index.sa[hi - 1])
-    if max(a, b) + length >= index.n:
+    if min(a, b) < 0 or max(a, b) + length >= index.n:
         return False
     first = index.text[a:a + length]
     return bool(np.array_equal(first, index.text[b:b + length]) and first.min() >= 0)
