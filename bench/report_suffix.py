@@ -4,6 +4,7 @@ measured numbers, bench/SUFFIX.md, and the short section of bench/RESULTS.md tha
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 SECTION = "## Drafting from the longest match: the suffix index (issue 15)"
@@ -83,9 +84,18 @@ def targets_table(result: dict) -> list[str]:
             *(f"| {t['target']} | {t['measured']} | {verdict[t['met']]} |" for t in result["targets"])]
 
 
+def _command(result: dict) -> str:
+    """The run's command without its --note (a remark for the report, not a setting of the run)."""
+    words = shlex.split(result["command"])
+    if "--note" in words:
+        at = words.index("--note")
+        del words[at:at + 2]
+    return shlex.join(words)
+
+
 def _how(result: dict) -> list[str]:
     m, g = result["machine"], result["git"]
-    return [f"`{result['command']}`; started {result['started']}, finished {result.get('finished', '(unfinished)')}, "
+    return [f"`{_command(result)}`; started {result['started']}, finished {result.get('finished', '(unfinished)')}, "
             f"commit {str(g.get('commit'))[:12]}{' (dirty tree)' if g.get('dirty') else ''}; {m['cpu']}, "
             f"{m['cores']} cores, {m['mem_gib']} GiB; load average {_loads(result)} over the run."
             + (" **A --quick run on tiny inputs: not a measurement.**" if result.get("quick") else "")
@@ -172,7 +182,7 @@ def render(result: dict, json_name: str) -> str:
                       "## Commands", "", "Each step's command is in the results JSON (`builds.*.command`, "
                       "`tables.*.command`, `rows.*.command`). To run it again (caches and tables are reused when "
                       "their sidecar JSON says the same command made them from the same inputs; `--rebuild` makes "
-                      "them again):", "", "```", result["command"], "```", ""])
+                      "them again):", "", "```", _command(result), "```", ""])
 
 
 def _build_cell(b: dict | None) -> str:
@@ -193,7 +203,7 @@ def _loads(result: dict) -> str:
 
 
 def _note(result: dict) -> str:
-    return f" ({result['note']})" if result.get("note") else ""
+    return f"; {result['note']}" if result.get("note") else ""
 
 
 def _runs(result: dict) -> str:
@@ -204,9 +214,9 @@ def _runs(result: dict) -> str:
 def section(result: dict, json_name: str) -> str:
     """The short section at the end of bench/RESULTS.md: how to run it, the targets, a link to SUFFIX.md."""
     costs = ", ".join(f"{c:g}" for c in result["costs"])
-    return "\n".join([SECTION, "", f"`{result['command']}` ({', '.join(result['corpora'])}; results "
+    return "\n".join([SECTION, "", f"`{_command(result)}` ({', '.join(result['corpora'])}; results "
                       f"[`results/{json_name}`](results/{json_name}), commit {str(result['git'].get('commit'))[:12]}, "
-                      f"load {_loads(result)}){_note(result)}: the suffix index's size, build, open and draft times, "
+                      f"load {_loads(result)}{_note(result)}): the suffix index's size, build, open and draft times, "
                       "and llama.cpp's rule, the policy --orders 2-6 and the policy with the suffix source replayed "
                       f"at C = {costs}. Every table and how it was measured: [SUFFIX.md](SUFFIX.md).", "",
                       *targets_table(result), ""])
