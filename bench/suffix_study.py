@@ -205,7 +205,8 @@ def tune(cache: Path, held_out: Path, a) -> dict:
         got = {"command": " ".join(["lookupkit", *words]), "table": str(out), "seconds": time.perf_counter() - t,
                "about": about}
         remember(out, sig, got)
-    return got
+    about = {k: v for k, v in got["about"].items() if k != "cache_corpus"}  # (the cache's sources: in its header)
+    return {**got, "about": about}
 
 
 def stats(cache: Path, ids: Path, table: Path | None, cost: float | None) -> dict:
