@@ -51,6 +51,9 @@ def _print_text(info: dict) -> None:
     for src in (info["corpus"] or {}).get("sources", []):
         echo(f"corpus      {src.get('source')}: {src.get('bytes')} bytes, {src.get('tokens')} tokens, "
              f"sha256 {str(src.get('sha256'))[:16]}")
+    more = (info["corpus"] or {}).get("more_sources")
+    if isinstance(more, dict):
+        echo(f"corpus      and {more.get('count')} more sources: {more.get('bytes')} bytes, {more.get('tokens')} tokens")
     if info["build"]:
         echo("build       " + ", ".join(f"{k}={v}" for k, v in info["build"].items()))
     echo(f"keys        {'stored' if info['keys_stored'] else 'not stored (recovered from the constmap when needed)'}")

@@ -344,6 +344,9 @@ def _check_meta_fields(header: dict, name: str) -> None:
     sources = (header.get("corpus") or {}).get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
         raise _fail(name, "corpus.sources is not a list of objects")
+    more = (header.get("corpus") or {}).get("more_sources")
+    if more is not None and not (isinstance(more, dict) and isinstance(more.get("count"), int)):
+        raise _fail(name, "corpus.more_sources is not an object with a count")
     stats = header["stats"]
     for field, kind in _STATS.items():
         value = stats.get(field)

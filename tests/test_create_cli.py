@@ -450,3 +450,39 @@ def test_the_installed_command(tmp_path):
     bad = subprocess.run(["lookup-create", "-f", tmp_path / "none.txt", "-lcs", tmp_path / "p.lcs"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
+
+
+def test_a_corpus_of_many_files_lists_the_first_in_the_header_and_sums_the_rest(tmp_path):
+    """The header is parsed at every open: beyond LISTED_SOURCES files, one entry stands for the rest."""
+    import hashlib
+
+    import typer
+
+    from lookupkit.build.pipeline import LISTED_SOURCES
+    from lookupkit.cli.cache_cmds import register
+
+    cache_app = typer.Typer(add_completion=False)
+    register(cache_app)
+
+    n = LISTED_SOURCES + 5
+    paths = []
+    for i in range(n):
+        p = tmp_path / f"f{i:03d}.txt"
+        p.write_text(f"def f{i}(x):\n    return x + {i}\n" * 3)
+        paths.append(p)
+    out = tmp_path / "many.lkc"
+    args = [a for p in paths for a in ("-f", str(p))]
+    result = runner.invoke(app, [*args, "-lcs", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert len(summary["sources"]) == n  # the command's summary keeps every source
+    corpus = StaticCache.open(out).meta["corpus"]
+    assert [s["source"] for s in corpus["sources"]] == [str(p) for p in paths[:LISTED_SOURCES]]
+    rest = summary["sources"][LISTED_SOURCES:]
+    assert corpus["more_sources"] == {
+        "count": 5, "bytes": sum(s["bytes"] for s in rest), "tokens": sum(s["tokens"] for s in rest),
+        "replaced_bytes": 0, "cut": False,
+        "sha256_of_sha256s": hashlib.sha256("".join(s["sha256"] for s in rest).encode()).hexdigest()}
+    assert corpus["n_tokens"] == summary["n_tokens"]
+    shown = runner.invoke(cache_app, ["inspect", str(out)])
+    assert shown.exit_code == 0 and "and 5 more sources" in shown.stdout

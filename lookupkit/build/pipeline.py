@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import tempfile
 import time
@@ -42,6 +43,8 @@ from lookupkit.memory import peak_rss_bytes
 from lookupkit.rules import COUNT_MAX, ID_MAX
 from lookupkit.suffix import write as suffix_write
 from lookupkit.tokenizer.store import TokenStore
+
+LISTED_SOURCES = 32  # sources listed one by one in a cache's header (header_corpus)
 
 ProgressFactory = Callable[[], "contextlib.AbstractContextManager"]  # a rich Progress with a {rate} column
 
@@ -119,7 +122,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         check_write(plan, n_keys)
         meta = _meta(tokenizer, docs, n_tokens, max_bytes, cut)
         with _timed(phases, peaks, "write"), _bar(progress, False, "write", None), disk_errors(work):
-            write_parts(parts, out_path, fmt, meta, keys, high, suffix)
+            write_parts(parts, out_path, fmt, {**meta, "corpus": header_corpus(meta["corpus"])}, keys, high, suffix)
     phases["total"] = time.perf_counter() - t_start
     merge = phases.pop("merge", 0.0)
     phases["count"] = phases.get("count", 0.0) + merge  # (the summary's phases: tokenize, count, write)
@@ -283,14 +286,33 @@ def _advancing(arrays, advance):
         advance(len(ids))
 
 
+def _source_entry(d: DocTokens) -> dict:
+    return {"source": d.source, "bytes": d.n_bytes, "tokens": d.n_tokens, "sha256": d.sha256,
+            "replaced_bytes": d.replaced_bytes, "cut": d.cut}
+
+
+def header_corpus(corpus: dict) -> dict:
+    """The corpus as the file's header keeps it: the first LISTED_SOURCES sources one by one, the rest in one
+    entry (count, bytes, tokens, replaced bytes, whether any was cut, sha256 of their sha256s in order). The
+    header is parsed at every open: 871 files listed one by one (a code base) made 163 KB of JSON and a
+    1.45 ms open against 0.4 ms (measured on the django 4.2 code task's cache), beyond the 1 ms target."""
+    sources = corpus["sources"]
+    if len(sources) <= LISTED_SOURCES:
+        return corpus
+    rest = sources[LISTED_SOURCES:]
+    digest = hashlib.sha256("".join(str(x["sha256"]) for x in rest).encode()).hexdigest()
+    more = {"count": len(rest), "bytes": sum(x["bytes"] for x in rest), "tokens": sum(x["tokens"] for x in rest),
+            "replaced_bytes": sum(x["replaced_bytes"] for x in rest), "cut": any(x["cut"] for x in rest),
+            "sha256_of_sha256s": digest}
+    return {**corpus, "sources": sources[:LISTED_SOURCES], "more_sources": more}
+
+
 def _meta(tokenizer, docs: list[DocTokens], n_tokens: int, max_bytes: int | None, cut: str) -> dict:
     vocab = None if tokenizer is None else {"name": tokenizer.name, "n_vocab": tokenizer.n_vocab,
                                             "fingerprint": tokenizer.fingerprint}
     return {
         "vocab": vocab,
-        "corpus": {"sources": [{"source": d.source, "bytes": d.n_bytes, "tokens": d.n_tokens, "sha256": d.sha256,
-                                "replaced_bytes": d.replaced_bytes, "cut": d.cut} for d in docs],
-                   "n_tokens": n_tokens},
+        "corpus": {"sources": [_source_entry(d) for d in docs], "n_tokens": n_tokens},
         "build": {"tool": f"lookupkit {__version__}", "ngram": 2, "max_bytes": max_bytes, "cut": cut if max_bytes else None,
                   "count_max": COUNT_MAX,
                   "tokenize": tokenizer_mode(tokenizer) if tokenizer is not None else None, "documents": "one per source, no 2-gram across sources"},
