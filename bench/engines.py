@@ -186,7 +186,7 @@ def parse_args(argv=None):
     if args.quick:
         args.prompts, args.n_new, args.hf_prompts, args.hf_n_new, args.reps = 2, 32, 1, 16, 1
         args.calibrate_reps, args.load_reps = 2, 1
-    args.deadline = _deadline(args.deadline)
+    args.deadline = deadline_of(args.deadline)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     args.policy_drafts = [int(x) for x in args.policy_drafts.split(",") if x.strip()]
@@ -316,7 +316,7 @@ def expected_runs(args, rows) -> int:
     return per * len(args.tasks) * args.reps
 
 
-def _deadline(text: str | None) -> float | None:
+def deadline_of(text: str | None) -> float | None:
     if not text:
         return None
     try:
