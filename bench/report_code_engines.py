@@ -215,7 +215,8 @@ def render_markdown(data: dict, results_name: str) -> str:
           + ("" if data.get("complete") else f"; **stopped early** at its deadline: {len(data['runs'])} generations")
           + (", **--quick**" if data.get("quick") else "") + "). Versions: "
           + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".", "",
-          f"Task: django 4.2 → 5.0 (bench/suffix_code_task.py): the 4.2 release is the static corpus, the prompts "
+          f"Task: `{data['files']['eval']}` (bench/suffix_code_task.py, django 4.2 → 5.0): the earlier release is the "
+          f"static corpus, the prompts "
           f"are {len(prompts)} of the 5.0 files that are new or changed, drawn with seed {a.get('seed')} from the "
           f"odd-indexed ones (the even-indexed ones tuned the tables) of at least {a.get('prompt_tokens')} + "
           f"{a.get('n_new')} tokens: BOS and the file's first {a.get('prompt_tokens')} tokens, then {a.get('n_new')} "
