@@ -200,6 +200,7 @@ def measure_size(a, cache_path: Path, ev: np.ndarray, designs: list[list[int]], 
         res["designs"][label] = d
         variants[label] = ["--filter", str(path)]
         del params, fp
+    print(json.dumps({k: res[k] for k in ("accounting", "designs")}), file=sys.stderr)  # before the long part
     del index, truth
     cache.close()
     runs = [evict_and_run(a, v, adv, [cache_path] + [Path(x) for x in extra[1:2] if v.startswith("filtered")],
