@@ -1,7 +1,8 @@
-"""Build the suffix index's .lkc sections out of core, for lookup-create --suffix-index: each document's
-ids are packed (3 bytes per token) and written to a raw file of the build's work directory as they come,
-then sorted; the sections follow the text in that file, and the streamed writer copies them into the
-.lkc (formats.streamed). Peak ~15 bytes per token (libdivsufsort on the packed text, lookupkit.suffix.build);
+"""Build the suffix index's .lkc sections for lookup-create --suffix-index: each document's ids are packed
+(3 bytes per token, in memory) and written to a raw file of the build's work directory as they come, then
+the packed text is sorted in memory (not out of core: a corpus whose sort exceeds --memory-budget is
+refused); the sections follow the text in that file, and the streamed writer copies them into the .lkc
+(formats.streamed). Peak ~15 bytes per token (libdivsufsort on the packed text, lookupkit.suffix.build);
 the bytes are those of formats.lkc.write_file given build.build_index of the same documents.
 """
 
