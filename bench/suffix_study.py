@@ -13,6 +13,15 @@ lookup-stats and tune-policy run in this process through their own command funct
 repeated replays are warm); builds and fresh opens are child processes. Caches and tables are reused when
 their sidecar JSON says the same command made them from the same inputs (--rebuild: again); the results
 JSON is written after each corpus; --report renders bench/SUFFIX.md and its section of bench/RESULTS.md.
+
+The inputs are Gemma 3 ids in --data (default $LOOKUPKIT_BENCH_DATA, else /work/data), made once with
+(G = `lookupkit model gemma-3-270m`'s GGUF, S = ../shared/corpora):
+
+    lookupkit tokenize -f S/wiki541.txt.zst -m G -o wiki541.i32      # and --max-bytes 25MB / 100MB:
+    lookupkit tokenize -f S/wiki541.txt.zst -m G --max-bytes 25MB -o wiki25.i32        # wiki25/100.i32
+    lookupkit tokenize -f S/wiki.test.raw -m G -o wikitest.i32
+    lookupkit tokenize -f S/wiki.valid.tokens -m G -o wikivalid.i32
+    python -m lookupkit.bench.suffix_code_task -m gemma-3-270m       # then copy its corpus.npz, eval.npz to code/
 """
 from __future__ import annotations
 

