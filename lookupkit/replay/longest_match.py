@@ -127,16 +127,26 @@ def _run_chunk(truth, chunk, n_draft, min_match, max_match, table, hashes, calls
             k = min(n_draft, out - 1 - j)
             for i in range(k):
                 drafted[n_toks + i] = truth[j + 1 + i]
-        pos = out
-        while out - pos < k and out < n_ctx and truth[out] == drafted[n_toks + out - pos]:
-            out += 1
-        accepted = out - pos
-        if out < n_ctx:
-            out += 1
-        calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
+        out = verify_call(truth, chunk, out, k, drafted, n_toks, calls, n_calls)
         n_calls += 1
         n_toks += k
     return n_calls, n_toks
+
+
+@kernel
+def verify_call(truth, chunk, out, k, drafted, n_toks, calls, n_calls):
+    """lookup-stats' verification of a cache-free source's call (this one, replay.suffix_run): the prefix of
+    drafted[n_toks:n_toks+k] that agrees with truth from `out` on is accepted, then one true token is emitted;
+    the call is recorded as row n_calls (chunk, pos, k, accepted). Returns the new `out`."""
+    n_ctx = truth.shape[0]
+    pos = out
+    while out - pos < k and out < n_ctx and truth[out] == drafted[n_toks + out - pos]:
+        out += 1
+    accepted = out - pos
+    if out < n_ctx:
+        out += 1
+    calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
+    return out
 
 
 def replay_ngram(tokens, n_ctx: int, n_draft: int = DEFAULT_DRAFT, min_match: int = DEFAULT_MIN_MATCH,

@@ -26,6 +26,7 @@ from ..errors import InputError
 from ..kernels import kernel
 from ..rules import SUFFIX, check_replay
 from ..suffix.search import continuation, continuation_kernel, longest_match, longest_match_kernel
+from .longest_match import verify_call
 from .trace import ReplayTrace
 
 DEFAULT_DRAFT, DEFAULT_MIN_MATCH = 8, 4  # --draft and --ngram-min-match of --source suffix
@@ -65,13 +66,7 @@ def _run_chunk(text, sa, starts, second, truth, chunk, n_draft, min_match, calls
         k = 0
         if m >= min_match:
             k = continuation_kernel(text, sa, m, lo, hi, n_draft, MIN_SHARE, drafted[n_toks:n_toks + n_draft], cnt, tot)
-        pos = out
-        while out - pos < k and out < n_ctx and truth[out] == drafted[n_toks + out - pos]:
-            out += 1
-        accepted = out - pos
-        if out < n_ctx:
-            out += 1
-        calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
+        out = verify_call(truth, chunk, out, k, drafted, n_toks, calls, n_calls)
         n_calls += 1
         n_toks += k
     return n_calls, n_toks
