@@ -34,6 +34,9 @@ TIMED = ("cold", "warm", "search_only_warm")  # a timed process's passes
 PAYS = 0.10  # the filter pays if its slowest run beats plain's fastest by more than this share of a draft call
 
 
+EVICT_TRIES = 40  # fadvise rounds before the child is run whatever is still resident (it reports the share)
+
+
 def evict(paths: list[Path], how: str) -> str:
     """Drop the files' pages from the page cache: the whole cache ("drop_caches", needs root; else falls
     back) or only these files' pages ("fadvise"); returns which was done."""
@@ -45,12 +48,17 @@ def evict(paths: list[Path], how: str) -> str:
             return "drop_caches"
         except OSError:
             pass
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    for _ in range(EVICT_TRIES):  # pages still under writeback are not dropped: retry until none is resident
+        for p in paths:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        if all(resident(p) == 0 for p in paths):
+            break
+        time.sleep(0.05)
     return "posix_fadvise(DONTNEED)"
 
 
