@@ -112,7 +112,9 @@ def test_the_bench_runs_end_to_end(files, tmp_path):
     s = res["sizes"][0]
     variants = ["plain", "oracle", "filtered 2,3,5"]
     assert [r["variant"] for r in s["runs"]] == variants
-    assert all(r["evicted_by"] == "posix_fadvise(DONTNEED)" and r["resident_before_open"] == 0 for r in s["runs"])
+    # the kernel may keep pages fadvise asks it to drop (seen in the full suite: all of this small file stayed
+    # resident), so the bench reports the share it measured with mincore rather than assuming eviction worked
+    assert all(r["evicted_by"] == "posix_fadvise(DONTNEED)" and 0 <= r["resident_before_open"] <= 1 for r in s["runs"])
     assert s["accounting"]["calls"] == s["calls"] == len(ev) - 1
     for d in s["designs"].values():
         assert d["same_matches_and_runs"] and d["false_negatives"] == 0
