@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lookupkit.bench.startup_probe import evict as evict_file
+
 from lookupkit.draft.suffix_source import MAX_LEN, MIN_SHARE
 
 N_RUN = 16  # run tokens per draft call (bench/suffix_replay's --max-tokens)
@@ -50,12 +52,7 @@ def evict(paths: list[Path], how: str) -> str:
             pass
     for _ in range(EVICT_TRIES):  # pages still under writeback are not dropped: retry until none is resident
         for p in paths:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            evict_file(str(p))
         if all(resident(p) == 0 for p in paths):
             break
         time.sleep(0.05)

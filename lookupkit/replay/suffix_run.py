@@ -91,8 +91,5 @@ def replay_suffix(tokens, n_ctx: int, index, n_draft: int = DEFAULT_DRAFT,
         n_calls, n_toks = _run_chunk(*args, tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, min_match,
                                      calls, n_calls, drafted, n_toks, cnt, tot)
     t_draft = time.perf_counter() - t0
-    return ReplayTrace(n_ctx=n_ctx, n_draft=n_draft, n_input=len(tokens), chunk=calls[:n_calls, 0].copy(),
-                       pos=calls[:n_calls, 1].copy(), n_drafted=calls[:n_calls, 2].copy(),
-                       n_accepted=calls[:n_calls, 3].copy(), tokens=drafted[:n_toks].copy(),
-                       sources=np.full(n_toks, SUFFIX, np.int8), t_draft_s=t_draft,
-                       extra={"source": "suffix", "ngram_min_match": min_match})
+    return ReplayTrace.of_calls(n_ctx, n_draft, len(tokens), calls, n_calls, drafted, n_toks, SUFFIX, t_draft,
+                                {"source": "suffix", "ngram_min_match": min_match})

@@ -35,6 +35,16 @@ class ReplayTrace:
     t_load_s: float = 0.0  # static/dynamic cache open time
     extra: dict = field(default_factory=dict)
 
+    @classmethod
+    def of_calls(cls, n_ctx: int, n_draft: int, n_input: int, calls: np.ndarray, n_calls: int, drafted: np.ndarray,
+                 n_toks: int, source: int, t_draft_s: float, extra: dict) -> "ReplayTrace":
+        """The trace of a replay whose calls are rows (chunk, pos, n_drafted, n_accepted) and whose every
+        drafted token comes from one source (the cache-free sources: --source ngram, --source suffix)."""
+        return cls(n_ctx=n_ctx, n_draft=n_draft, n_input=n_input, chunk=calls[:n_calls, 0].copy(),
+                   pos=calls[:n_calls, 1].copy(), n_drafted=calls[:n_calls, 2].copy(),
+                   n_accepted=calls[:n_calls, 3].copy(), tokens=drafted[:n_toks].copy(),
+                   sources=np.full(n_toks, source, np.int8), t_draft_s=t_draft_s, extra=extra)
+
     @property
     def n_predict(self) -> int:
         return self.n_input - self.n_input % self.n_ctx
