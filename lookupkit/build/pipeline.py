@@ -68,9 +68,9 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
     Every combination writes the same bytes. `orders` (formats.lkc_orders.OrderParams) also counts the
     higher orders lookupkit's policy drafts from, into a version-2 .lkc; their counting needs the ids of
     every document in the driver, so text is then tokenized by the driver (jobs still count 2-grams).
-    `suffix_index` also builds the corpus' suffix index (version 3 .lkc; the same driver rule), within
-    `memory_budget` (lookupkit.suffix.write.BYTES_PER_TOKEN_TO_BUILD per token, checked once the corpus is
-    tokenized, before counting).
+    `suffix_index` also builds the corpus' suffix index (version 3 .lkc; the same driver rule), sorted within
+    `memory_budget` (lookupkit.suffix.write.BYTES_PER_TOKEN_TO_BUILD per position, in parts merged out of
+    core beyond it; a budget too small for a part is refused once the corpus is tokenized, before counting).
     """
 
     t_start = time.perf_counter()
@@ -139,7 +139,8 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
         "orders": ([2, *orders.orders] if orders else [2]), "orders_seconds": orders_s and round(orders_s, 3),
         "n_high_order_keys": {n: len(k) for n, (k, _) in high.maps.items()} if high else {},
         "suffix_index": suffix and {"positions": suffix.header["n"], "documents": suffix.header["n_documents"],
-                                    "bytes": sum(suffix.nbytes(s) for s in suffix.shapes), "seconds": round(index_s, 3)},
+                                    "bytes": sum(suffix.nbytes(s) for s in suffix.shapes), "seconds": round(index_s, 3),
+                                    "sorted_in_parts": suffix.parts, "merge_compared_tokens": suffix.compared},
         "seconds": {k: round(v, 3) for k, v in phases.items()}, "peak_rss_bytes": peak_rss_bytes(),
         "peak_rss_bytes_by_end_of": peaks, "workers_peak_rss_bytes": children_peak_rss(),
     }
@@ -182,7 +183,7 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                     docs += d
                     skipped += s
             if suffix_index:  # (before counting: a refusal costs no more than the tokenizing)
-                suffix_write.check_budget(_positions(docs), plan.total)
+                suffix_write.part_positions(_positions(docs), plan.total)
             try:
                 with _timed(phases, peaks, "count"):
                     _count_docs([(n, d) for n, d in enumerate(docs) if not isinstance(d, CountedDoc)], workers,
@@ -194,7 +195,7 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
                         ids = [list(d.arrays()) for d in docs]
                         high = HighOrders(orders, {n: count_order(ids, n, orders) for n in orders.orders})
                 if suffix_index:
-                    suffix = _suffix_part(docs, work, progress, phases, peaks)
+                    suffix = _suffix_part(docs, work, plan.total, progress, phases, peaks)
             finally:
                 for doc in docs:
                     doc.close()
@@ -212,11 +213,12 @@ def _count_local(sources, tokenizer, store, text_budget, plan, spec, work, token
     return docs, skipped, parts, high, suffix
 
 
-def _suffix_part(docs, work, progress, phases, peaks):
+def _suffix_part(docs, work, budget, progress, phases, peaks):
     """The suffix index of the documents (one SEPARATOR after each), built into the work directory."""
     n = _positions(docs)
     with _timed(phases, peaks, "index"), _bar(progress, False, "index", n) as advance:
-        return suffix_write.build_part((d.arrays() for d in docs), n, os.path.join(work, "suffix.raw"), advance)
+        return suffix_write.build_part((d.arrays() for d in docs), n, os.path.join(work, "suffix.raw"), advance,
+                                       budget)
 
 
 def _positions(docs) -> int:

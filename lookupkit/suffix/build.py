@@ -109,6 +109,38 @@ def sort_packed(packed: np.ndarray) -> np.ndarray:
     return sa3[:k]
 
 
+def pack_text(text: np.ndarray, a: int, b: int, block: int) -> np.ndarray:
+    """text[a:b] packed (3 bytes per id), `block` ids at a time; a mapped text's pages are dropped after use."""
+    packed = np.empty(3 * (b - a), np.uint8)
+    for i in range(a, b, block):
+        j = min(i + block, b)
+        view = text[i:j]
+        pack3(view, packed[3 * (i - a):3 * (j - a)])
+        drop_mapped(view)
+    return packed
+
+
+def drop_mapped(a: np.ndarray) -> None:
+    """Let this process's RSS drop the pages behind `a` if it is a view of a read-only file mapping (re-read
+    from the page cache if touched again), so that they do not sit beside a sort's 15 bytes per token.
+    Anything else (arrays in memory) is left alone; Linux only."""
+    base = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or not hasattr(mmap, "MADV_DONTNEED") or not sys.platform.startswith("linux"):
+        return
+    try:
+        if not memoryview(base).readonly:
+            return
+        at = a.ctypes.data - np.frombuffer(base, np.uint8).ctypes.data
+    except (ValueError, TypeError):  # (a closed mapping)
+        return
+    start = at // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(at + a.nbytes, len(base))
+    if stop > start:
+        base.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
 def _release(tail: np.ndarray) -> None:
     """Give the pages of an array's unused tail back to the OS (its 8 bytes per token are not needed after
     the compaction; RSS then stays at the sort's peak while the caller finishes). Linux; a no-op elsewhere."""
