@@ -154,9 +154,9 @@ def stats(
             "--orders 2-6 for the rest"))
     if use_policy and getattr(static, "suffix", None) is not None and not suffix_on(tables[0]):
         warnings.warn(LookupkitWarning(
-            f"--policy lookupkit: {static.name} has a suffix index, but the policy table was learnt without one, "
-            "so the policy does not draft from it: learn a table with lookupkit tune-policy --cache "
-            f"{static.name} and pass it with --policy-table"))
+            f"--policy lookupkit: {static.name} has a suffix index, but the policy table was learnt without one "
+            "(or tune-policy found that it did not pay on its held-out text), so the policy does not draft from "
+            f"it: learn a table with lookupkit tune-policy --cache {static.name} and pass it with --policy-table"))
     if sweep:
         rows = run_sweep(ids, static, dynamic, default_grid(kind, n_draft, min_match, max_match),
                          n_ctx=ctx_size, source=kind, verify_cost=cost, tables=tables)

@@ -15,11 +15,11 @@ from lookupkit import Drafter, StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.high_orders import count_order
-from lookupkit.draft import confidence
+from lookupkit.draft import confidence, tuning
 from lookupkit.draft.policy import (N_SOURCES, SHARE_BINS, SRC_MATCH, SRC_SUFFIX, TOTAL_BINS, make_policy,
                                     source_code, suffix_on)
 from lookupkit.draft.policy_reference import draft_policy_reference, suffix_run
-from lookupkit.draft.suffix_source import LENGTH_EDGES, MATCH_LEN, MAX_LEN, suffix_arrays
+from lookupkit.draft.suffix_source import LENGTH_EDGES, MATCH_LEN, MAX_LEN, min_match_of, suffix_arrays
 from lookupkit.errors import FormatError
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.replay.loop import replay_fast
@@ -67,22 +67,28 @@ def test_the_source_has_its_code_rows_and_bins():
     assert np.all(np.diff(LENGTH_EDGES) > 0)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), cost=st.sampled_from([0.0, 0.1, 0.25, "curve"]), n_draft=st.integers(1, 12),
-       max_len=st.sampled_from([MAX_LEN, 5]))
-def test_compiled_policy_with_the_suffix_source_drafts_as_its_reference(seed, cost, n_draft, max_len):
+       max_len=st.sampled_from([MAX_LEN, 5]), gate=st.sampled_from([0, 0, 3, 7, 12]))
+def test_compiled_policy_with_the_suffix_source_drafts_as_its_reference(seed, cost, n_draft, max_len, gate):
+    """gate: the table's first `gate` length bins of the suffix rows unlearnt (zero): the source drafts
+    only after matches of LENGTH_EDGES[gate] tokens or more, and skips searches that cannot reach it."""
     rng = np.random.default_rng(seed)
     docs, seq = code_task(seed)
     index = build_index(corpus_text(docs))
     cache, high = with_orders(docs, orders=(3, 4), min_total=1, min_share=0.0)
     strong = seed % 2 == 0
     tables = suffix_tables(rng, strong)
+    tables[0][SRC_SUFFIX:, :gate] = 0.0
+    min_match = int(LENGTH_EDGES[gate])
+    assert min_match_of(tables[0][SRC_SUFFIX:]) == min_match
     curve = {k: 1 + 0.3 * k - 0.01 * k * k for k in range(13)}
     cost_of = (lambda k: curve.get(k, np.inf)) if cost == "curve" else (lambda k: 1 + cost * k)
     costs = [cost_of(k) for k in range(n_draft + 1)]
     drafter = Drafter(static=cache, policy="lookupkit")
     pol = make_policy(tables, cost_of, 1024, cache.high, index)
-    drafter._pol = pol._replace(suffix=suffix_arrays(index, 1024, max_len))
+    assert pol.suffix.min_match == min_match
+    drafter._pol = pol._replace(suffix=suffix_arrays(index, 1024, max_len, min_match))
     dyn = NgramCache()
     n_sx = 0
     # growing sequences (the bounded search), then sequences that are no extension of the last (a reset):
@@ -96,7 +102,8 @@ def test_compiled_policy_with_the_suffix_source_drafts_as_its_reference(seed, co
         want = draft_policy_reference(prefix.tolist(), n_draft, ctx, dyn, cache, high, tables, costs, index, max_len)
         assert drafter.draft(prefix, n_draft) == want, len(prefix)
         m = suffix_run(index, prefix.tolist(), 1, max_len)[0]
-        assert drafter._pol.suffix.state[MATCH_LEN] == m, len(prefix)  # the bounded search found the longest
+        found = drafter._pol.suffix.state[MATCH_LEN]  # the bounded search found the longest, or did not search
+        assert found == m or (found == 0 and m < min_match), len(prefix)
         n_sx += drafter.last_sources.count("sx")
     assert n_sx > 0 or not strong or cost == "curve"  # the comparison includes the suffix source
 
@@ -145,6 +152,27 @@ def test_tables_learn_the_suffix_rows_and_the_source_pays_on_the_copy_task():
         runs[name] = replay_fast(eval_ids, 512, 8, static=cache, policy=pol)[0].summary()
     assert "sx" in runs["with"]["per_source"] and "sx" not in runs["without"]["per_source"]
     assert runs["with"]["expected_speedup"]["0.25"] > runs["without"]["expected_speedup"]["0.25"]
+
+
+def test_the_gate_keeps_the_source_where_it_pays_and_drops_it_where_it_cannot():
+    """tuning.gate_suffix: the best worst ratio over GATE_COSTS to the policy without the source, or no source."""
+    docs, held = code_task(21, n=3000, pieces=200)
+    rich = with_suffix(docs)
+    tables = confidence.learn(held, 512, static=rich)
+    gated, record = tuning.gate_suffix(tables, rich, [held], None, 512)
+    chosen = next(r for r in record["tried"] if r["min_match"] == record["min_match"])
+    assert chosen["worst_ratio"] > 1 and chosen["worst_ratio"] == max(r["worst_ratio"] for r in record["tried"])
+    assert min_match_of(gated[0][SRC_SUFFIX:]) == record["min_match"] and suffix_on(gated[0])
+    assert [r["min_match"] for r in record["tried"]] == [int(LENGTH_EDGES[b]) for b in tuning.GATE_BINS]
+    assert np.array_equal(gated[0][:SRC_SUFFIX], tables[0][:SRC_SUFFIX]) and gated[1] is tables[1]
+    noise = np.random.default_rng(0).integers(700, 1000, 3000).astype(np.int32)  # ids the corpus never holds
+    off, rec = tuning.gate_suffix(tables, rich, [noise], None, 512)
+    assert rec["min_match"] is None and not suffix_on(off[0]) and np.array_equal(off[0][:SRC_SUFFIX], tables[0][:SRC_SUFFIX])
+    assert all(r["worst_ratio"] == 1.0 for r in rec["tried"])
+    _, gens = tuning.gate_suffix(tables, rich, [held[:1500], held[1500:]], [200, 200], 512)  # generations
+    assert gens["min_match"] is not None
+    plain = with_orders(docs, orders=(3,))[0]
+    assert tuning.gate_suffix(tables, plain, [held], None, 512)[0] is tables  # no index: nothing to gate
 
 
 def test_tables_from_before_the_source_load_and_never_draft_from_it(tmp_path):

@@ -11,7 +11,8 @@ drafted as if verification were ~1.3x dearer than it was). Tables are JSON: the 
 (lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (draft.tuning) on text held
 out from every evaluation; learn your own for another domain. The suffix source's rows (draft.suffix_source)
 are learnt when the static cache has a suffix index; tables written before it existed (lookupkit-policy-1)
-load with those rows zero, and the policy never drafts from a source its table has not learnt.
+load with those rows zero, and the policy never drafts from a source its table has not learnt (nor after
+matches shorter than the first length bin its suffix rows have learnt: draft.tuning.gate_suffix).
 """
 
 from __future__ import annotations

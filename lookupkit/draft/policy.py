@@ -41,7 +41,7 @@ from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
 from ..static.high_orders import High, no_high
 from ..verify_cost import DEFAULT_COST
 from .static_source import head_part, static_top
-from .suffix_source import fresh, length_bin, no_suffix, suffix_arrays, suffix_candidate
+from .suffix_source import fresh, length_bin, min_match_of, no_suffix, suffix_arrays, suffix_candidate
 
 # Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,
 # the longest earlier match in the sequence (its length m in the share-bin axis), and the suffix index's
@@ -80,10 +80,12 @@ def check_policy(name: str) -> str:
 def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None) -> Policy:
     """A Policy for drafts of at most n_draft tokens from (table, agree) (draft.confidence); cost_of(k) =
     cost of verifying 1 + k tokens; suffix: a lookupkit.suffix.SuffixIndex (a static cache's) or None,
-    used only if the table has learnt the suffix source (`suffix_on`)."""
+    used only if the table has learnt the suffix source (`suffix_on`), after matches as long as the first
+    length bin its rows have learnt (suffix_source.min_match_of)."""
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
-    sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft)
+    sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft,
+                       min_match=min_match_of(table[SRC_SUFFIX:SRC_SUFFIX + 2]))
     return Policy(np.int64(1), np.ascontiguousarray(table, np.float64), np.ascontiguousarray(agree, np.float64), cost,
                   high if high is not None else no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(), sx)
 

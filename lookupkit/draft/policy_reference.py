@@ -18,7 +18,7 @@ from ..rules import NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
 from .policy import AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_MATCH, SRC_STATIC, SRC_SUFFIX, TOTAL_BINS
-from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE
+from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE, min_match_of
 
 
 def _bins(count: int, total: int) -> tuple[int, int]:
@@ -95,12 +95,15 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
                            cost: Sequence[float], suffix=None, max_len: int = MAX_LEN) -> list[int]:
     """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (draft.policy's docstring;
     the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
-    a suffix index, drafted from if the table has learnt it (any of its rows non-zero)."""
+    a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
+    least the edge of the first length bin its rows have learnt."""
     table, agree = tables
     n_draft = min(n_draft, len(cost) - 1)
     s, chain = [int(t) for t in seq], []
     on = suffix is not None and np.any(table[SRC_SUFFIX:SRC_SUFFIX + 2]) and s
     run = suffix_run(suffix, s, n_draft, max_len) if on else (0, [], [], [])
+    if run[0] < min_match_of(table[SRC_SUFFIX:SRC_SUFFIX + 2]):
+        run = (run[0], [], [], [])
     expected, p_all = 1.0, 1.0
     best, best_k = 1.0 / cost[0], 0
     while s and len(chain) < n_draft:
