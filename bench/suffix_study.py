@@ -53,7 +53,7 @@ TIMED_COST = 0.25  # the cost the repeated (timed) replays draft for: the code t
 RULE_DRAFT = 8  # llama.cpp's rule: --draft 8, its default thresholds
 POLICY_DRAFT = 16  # the policy's draft limit in this study (lookup-stats' own default is rules.POLICY_DRAFT)
 N_CTX = 4096
-MEMORY_BUDGET = "2GB"  # the suffix index needs ~15 bytes per token while sorting: 1.8 GB at 541 MB
+MEMORY_BUDGET = "1GiB"  # lookup-create's default: the 541 MB index (15 bytes per token in memory) sorts out of core
 VARIANTS = {"2gram": [], "2gram+index": ["--suffix-index"], "o6": ["--orders", "2-6"],
             "o6+index": ["--orders", "2-6", "--suffix-index"]}
 CACHE, TUNE_CACHE = "o6+index", "o6"  # the cache the replays read; the one the no-source table learns on
@@ -68,10 +68,20 @@ def cell(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": len(xs)}
 
 
+def _pss(pid: int) -> int:
+    """A process's proportional set size (bytes): each page shared by k processes counts 1/k (Linux)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 def run_tree(cmd: list[str], cwd: Path, interval: float = 0.05) -> dict:
-    """Run cmd; wall seconds, the peak RSS of its process tree (summed over the processes every `interval` s)
-    and its JSON output. Raises on a failure. (Not wait4's ru_maxrss: a child started by this process
-    inherits this process's own high-water mark across fork + exec.)"""
+    """Run cmd; wall seconds, the peak RSS and the peak PSS of its process tree (each summed over the processes
+    every `interval` s: RSS counts a page the forked workers share once per process, PSS once in all) and its
+    JSON output. Raises on a failure. (Not wait4's ru_maxrss: a child started by this process inherits this
+    process's own high-water mark across fork + exec.)"""
     import psutil
 
     t0 = time.perf_counter()
@@ -81,10 +91,12 @@ def run_tree(cmd: list[str], cwd: Path, interval: float = 0.05) -> dict:
              for s, d in ((proc.stdout, out), (proc.stderr, err))]
     for th in pumps:
         th.start()
-    root, tree_peak = psutil.Process(proc.pid), 0
+    root, tree_peak, pss_peak = psutil.Process(proc.pid), 0, 0
     while proc.poll() is None:
         try:
-            tree_peak = max(tree_peak, sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]))
+            tree = [root, *root.children(recursive=True)]
+            tree_peak = max(tree_peak, sum(p.memory_info().rss for p in tree))
+            pss_peak = max(pss_peak, sum(_pss(p.pid) for p in tree))
         except psutil.Error:  # a worker (or the driver) ended between listing and reading
             pass
         time.sleep(interval)
@@ -93,7 +105,8 @@ def run_tree(cmd: list[str], cwd: Path, interval: float = 0.05) -> dict:
         th.join()
     if proc.returncode:
         raise RuntimeError(f"exit {proc.returncode}: {' '.join(cmd)}\n{''.join(err)[-2000:]}")
-    return {"seconds": seconds, "sampled_tree_rss": tree_peak, "output": last_json("".join(out))}
+    return {"seconds": seconds, "sampled_tree_rss": tree_peak, "sampled_tree_pss": pss_peak,
+            "output": last_json("".join(out))}
 
 
 def in_process(app, words: list[str]) -> dict:
@@ -140,13 +153,16 @@ def build(name: str, tokens: list[Path], work: Path, variant: str, a) -> dict:
         r = run_tree(cmd, work)
         s = r.pop("output")
         runs.append({**r, "peak_tree_rss": max(r["sampled_tree_rss"], s["peak_rss_bytes"]),
+                     "peak_tree_pss": max(r["sampled_tree_pss"], s["peak_rss_bytes"]),
                      "driver_peak_rss": s["peak_rss_bytes"], "workers_peak_rss": s.get("workers_peak_rss_bytes"),
                      "phases": s.get("seconds"), "index_seconds": (s.get("suffix_index") or {}).get("seconds"),
                      "load_before": load})
     measured = {"command": shown(cmd, tokens), "file": str(out), "file_bytes": out.stat().st_size,
                 "n_tokens": s["n_tokens"], "n_documents": len(s["sources"]), "runs": runs,
                 "seconds": cell([r["seconds"] for r in runs]),
-                "peak_tree_rss": cell([r["peak_tree_rss"] for r in runs]), "date": _now()}
+                "peak_tree_rss": cell([r["peak_tree_rss"] for r in runs]),
+                "peak_tree_pss": cell([r["peak_tree_pss"] for r in runs]),
+                "driver_peak_rss": cell([r["driver_peak_rss"] for r in runs]), "date": _now()}
     remember(out, sig, measured)
     return {**measured, "reused": False}
 
@@ -350,7 +366,7 @@ def parse_args(argv):
     ap.add_argument("-o", "--output", type=Path, help=f"results JSON (default {RESULTS}/suffix-study-<date>-vm.json)")
     ap.add_argument("--build-runs", type=int, default=1)
     ap.add_argument("--timing-runs", type=int, default=3, help=f"replays per row at C = {TIMED_COST} for µs per call")
-    ap.add_argument("--open-fresh", type=int, default=7)
+    ap.add_argument("--open-fresh", type=int, default=21)
     ap.add_argument("--open-repeated", type=int, default=200)
     ap.add_argument("--memory-budget", default=MEMORY_BUDGET)
     ap.add_argument("-j", "--jobs", type=int, default=2, help="lookup-create -j (2: the targets' 2 cores)")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from lookupkit.bench import report_suffix, suffix_study
+from lookupkit.draft import tuning
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -59,7 +60,7 @@ def result(inputs):
 
 def test_each_row_says_the_same_in_totals_and_in_S(result):
     assert set(result["corpora"]) == {"tiny", "code"}
-    for c in result["corpora"].values():
+    for corpus, c in result["corpora"].items():
         assert set(c["rows"]) == set(report_suffix.ROWS)
         rule = c["rows"]["llama.cpp"]["per_cost"]
         assert len({(r["calls"], r["n_drafted"], r["n_accept"]) for r in rule.values()}) == 1  # one replay
@@ -74,7 +75,10 @@ def test_each_row_says_the_same_in_totals_and_in_S(result):
                 assert r["tokens_per_verify"] == pytest.approx(1 + r["accepted_per_call"])
         no_source = c["rows"]["policy"]["per_cost"].values()
         assert all("sx" not in r["per_source"] for r in no_source)  # a table without suffix rows never drafts from it
-        assert any("sx" in r["per_source"] for r in c["rows"]["policy+suffix"]["per_cost"].values())
+        drafted = any("sx" in r["per_source"] for r in c["rows"]["policy+suffix"]["per_cost"].values())
+        gate = c["tables"]["policy+suffix"]["about"]["suffix_gate"]  # tune-policy's choice on the held-out ids
+        assert (gate["min_match"] is not None or not drafted) and len(gate["tried"]) == len(tuning.GATE_BINS)
+        assert drafted or corpus != "code"  # (on the made-up code task the source pays)
 
 
 def test_index_builds_and_open_are_recorded(result):
