@@ -96,14 +96,9 @@ def learn(tokens, n_ctx: int = 4096, static=None, dynamic=None, prior: float = P
     """(table, agree) learnt on `tokens` (held-out ids), replayed lookup-stats' way in chunks of n_ctx: the
     first half gives each source's table, the second half how often the chosen candidate is right given
     its table bin and the sources agreeing with it (so neither stage is scored on the data it was fitted to)."""
-    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-    if len(tokens) <= 2 * n_ctx + 2:
-        raise InputError(f"learning a confidence table needs more than two chunks of {n_ctx} tokens, got {len(tokens)}")
-    half = len(tokens) // 2
-    chunks = [(part[c * n_ctx:(c + 1) * n_ctx], 1) for part in (tokens[:half], tokens[half:])
-              for c in range((len(part) - 1) // n_ctx)]
-    n_first = (half - 1) // n_ctx
-    return _learn(chunks[:n_first], chunks[n_first:], n_ctx, static, dynamic, prior)
+    first, second, n_ctx = halves(tokens, n_ctx)
+    table = learn_sources(first, n_ctx, static, dynamic, prior)
+    return table, learn_agree(table, second, n_ctx, static, dynamic, prior)
 
 
 def learn_generations(sequences, prompt_lens, static=None, dynamic=None, prior: float = PRIOR) -> tuple[np.ndarray, np.ndarray]:
@@ -111,28 +106,59 @@ def learn_generations(sequences, prompt_lens, static=None, dynamic=None, prior: 
     tokens, counted into the context cache only) and what the model generated after it, where an engine
     drafts. Sequences follow one another as an engine serves them (each learnt into the dynamic cache);
     the first half of them gives the per-source tables, the second half the agreement table."""
+    first, second, n_ctx = generation_halves(sequences, prompt_lens)
+    table = learn_sources(first, n_ctx, static, dynamic, prior)
+    return table, learn_agree(table, second, n_ctx, static, dynamic, prior)
+
+
+def halves(tokens, n_ctx: int) -> tuple[list, list, int]:
+    """Held-out ids as the two halves' chunks ((ids, first position counted) pairs) and the chunk size."""
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    if len(tokens) <= 2 * n_ctx + 2:
+        raise InputError(f"learning a confidence table needs more than two chunks of {n_ctx} tokens, got {len(tokens)}")
+    half = len(tokens) // 2
+    chunks = [(part[c * n_ctx:(c + 1) * n_ctx], 1) for part in (tokens[:half], tokens[half:])
+              for c in range((len(part) - 1) // n_ctx)]
+    n_first = (half - 1) // n_ctx
+    return chunks[:n_first], chunks[n_first:], n_ctx
+
+
+def generation_halves(sequences, prompt_lens) -> tuple[list, list, int]:
+    """A model's generations as the two halves' chunks (each drafted after its prompt) and the longest."""
     chunks = [(np.ascontiguousarray(s, dtype=np.int32), int(p)) for s, p in zip(sequences, prompt_lens)]
     if len(chunks) < 2 or any(not 1 <= p < len(s) for s, p in chunks):
         raise InputError("learning from generations needs at least two sequences, each longer than its prompt")
     half = len(chunks) // 2
-    return _learn(chunks[:half], chunks[half:], max(len(s) for s, _ in chunks), static, dynamic, prior)
+    return chunks[:half], chunks[half:], max(len(s) for s, _ in chunks)
 
 
-def _learn(first, second, n_ctx, static, dynamic, prior) -> tuple[np.ndarray, np.ndarray]:
+def _policy(table, static):
+    """A policy of one drafted token with `table` (its suffix source as make_policy gates it)."""
     high = static.high if static is not None else no_high()
-    pol = make_policy((np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1))),
-                      lambda k: 1.0, 1, high)
-    pol = pol._replace(suffix=suffix_arrays(getattr(static, "suffix", None), 1))  # learnt whatever the table
+    return make_policy((table, np.zeros((P_BINS, AGREE_MAX + 1))), lambda k: 1.0, 1, high,
+                       getattr(static, "suffix", None))
+
+
+def learn_sources(first, n_ctx, static, dynamic, prior: float = PRIOR) -> np.ndarray:
+    """Stage 1: each source's table, from every position of the chunks (the suffix source's whatever the
+    table: its rows are what is learnt)."""
+    pol = _policy(np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), static)
+    pol = pol._replace(suffix=suffix_arrays(getattr(static, "suffix", None), 1))
     hits, trials = _replay_counts(first, n_ctx, static, dynamic, pol, pol.table.shape, 0)
-    table = _shrunk(hits, trials, prior)
-    pol = pol._replace(table=table)
+    return _shrunk(hits, trials, prior)
+
+
+def learn_agree(table, second, n_ctx, static, dynamic, prior: float = PRIOR) -> np.ndarray:
+    """Stage 2: P(the chosen candidate is right) by its table bin and the sources agreeing with it, the
+    candidates being those the policy drafts from with `table` (its suffix gate included)."""
+    pol = _policy(table, static)
     hits2, trials2 = _replay_counts(second, n_ctx, static, dynamic, pol, (P_BINS, AGREE_MAX + 1, 1), 1)
     centres = (np.arange(P_BINS) + 0.5) / P_BINS
     h2, t2 = hits2[..., 0] + prior * centres[:, None], trials2[..., 0] + prior  # sparse cells: the table's own p
     agree = h2 / t2
     for j in range(agree.shape[1]):
         agree[:, j] = _isotonic(h2[:, j] / t2[:, j], t2[:, j])
-    return table, agree
+    return agree
 
 
 def _isotonic(p: np.ndarray, w: np.ndarray) -> np.ndarray:

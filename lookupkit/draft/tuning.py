@@ -96,7 +96,7 @@ def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens"
             raise InputError("--slice cuts --tokens; with --generations choose sequences with --task")
         doc, seqs, lens = generations(generations_file, task)
         ids = np.concatenate(seqs)
-        tables = confidence.learn_generations(seqs, lens, static=cache)
+        first, second, chunk = confidence.generation_halves(seqs, lens)
         method = (f"model generations: {len(seqs)} sequences of {doc.get('model')} ({doc.get('text')}, seed "
                   f"{doc.get('seed')}, task {task or 'all'}); first half: per-source tables; second half: "
                   "agreement table; generated positions only")
@@ -104,10 +104,15 @@ def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens"
         if task is not None:
             raise InputError("--task chooses sequences of --generations; it does not apply to --tokens")
         ids = sliced(tokens, slice_, tokens_name)
-        tables = confidence.learn(ids, n_ctx, static=cache)
+        seqs, lens = [ids], None
+        first, second, chunk = confidence.halves(ids, n_ctx)
         method = "first half: per-source tables; second half: agreement table"
-    tables, gate = gate_suffix(tables, cache, [ids] if generations_file is None else seqs,
-                               None if generations_file is None else lens, n_ctx)
+    table = confidence.learn_sources(first, chunk, cache, None)
+    if getattr(cache, "suffix", None) is None or not suffix_on(table):
+        tables, gate = (table, confidence.learn_agree(table, second, chunk, cache, None)), None
+    else:
+        tables, gate = gate_suffix(table, lambda t: confidence.learn_agree(t, second, chunk, cache, None), cache,
+                                   seqs, lens, n_ctx)
     about = {"cache": cache.path.name if cache.path else None, "cache_orders": cache.orders,
              "cache_suffix_index": getattr(cache, "suffix", None) is not None,
              "cache_corpus": cache.meta.get("corpus"), "orders_params": cache.meta.get("orders"),
@@ -117,19 +122,17 @@ def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens"
     return tables, about
 
 
-def gate_suffix(tables, cache, seqs, prompt_lens, n_ctx):
+def gate_suffix(table, agree_for, cache, seqs, prompt_lens, n_ctx):
     """The suffix source drafts only after matches long enough to pay on the held-out text (on WikiText
     prose, short matches' runs displaced better candidates at high verify costs: S(0.5) 1.0420 with every
-    length against 1.0425 without the source, 25 MB corpus; 1.0426 from 4 tokens). Replays the held-out
-    sequences with the first GATE_BINS[i] length bins of the suffix rows zeroed (draft.suffix_source) and
-    keeps the gate whose worst ratio over GATE_COSTS to the policy without the source is best; none above
-    1: the rows are zeroed (the table never drafts from the source). Returns (tables, what was measured)."""
-    table, agree = tables
-    if getattr(cache, "suffix", None) is None or not suffix_on(table):
-        return tables, None
+    length against 1.0425 without the source, 25 MB corpus; 1.0426 from 4 tokens). For each gate (the first
+    GATE_BINS[i] length bins of the suffix rows zeroed: draft.suffix_source) and for no source (the rows
+    zeroed), the agreement table is learnt with it (agree_for(table)), and the held-out sequences are
+    replayed at each of GATE_COSTS; the gate whose worst ratio to no source is best is kept, if above 1,
+    else no source (the tables the index-free cache learns). Returns ((table, agree), what was measured)."""
 
-    def s_at(t, cost):
-        pol = make_policy((t, agree), lambda k: 1 + cost * k, GATE_DRAFT, cache.high, cache.suffix)
+    def s_at(tables, cost):
+        pol = make_policy(tables, lambda k: 1 + cost * k, GATE_DRAFT, cache.high, cache.suffix)
         drafted, accepted = [], []
         for i, seq in enumerate(seqs):
             if prompt_lens is None:
@@ -142,17 +145,18 @@ def gate_suffix(tables, cache, seqs, prompt_lens, n_ctx):
 
     off = table.copy()
     off[SRC_SUFFIX:SRC_SUFFIX + 2] = 0.0
+    off = (off, agree_for(off))
     base = {c: s_at(off, c) for c in GATE_COSTS}
     tried = []
     for bins in GATE_BINS:
         gated = table.copy()
         gated[SRC_SUFFIX:SRC_SUFFIX + 2, :bins] = 0.0
+        gated = (gated, agree_for(gated))
         ratios = {f"{c:g}": s_at(gated, c) / base[c] for c in GATE_COSTS}
-        tried.append({"min_match": min_match_of(gated[SRC_SUFFIX:SRC_SUFFIX + 2]), "worst_ratio": min(ratios.values()),
-                      "ratios": ratios, "table": gated})
+        tried.append({"min_match": min_match_of(gated[0][SRC_SUFFIX:SRC_SUFFIX + 2]),
+                      "worst_ratio": min(ratios.values()), "ratios": ratios, "tables": gated})
     best = max(tried, key=lambda r: (r["worst_ratio"], -r["min_match"]))
-    chosen = best["table"] if best["worst_ratio"] > 1.0 else off
-    record = {"costs": list(GATE_COSTS), "n_draft": GATE_DRAFT,
-              "min_match": best["min_match"] if best["worst_ratio"] > 1.0 else None,
-              "tried": [{k: v for k, v in r.items() if k != "table"} for r in tried]}
-    return (chosen, agree), record
+    keep = best["worst_ratio"] > 1.0
+    record = {"costs": list(GATE_COSTS), "n_draft": GATE_DRAFT, "min_match": best["min_match"] if keep else None,
+              "tried": [{k: v for k, v in r.items() if k != "tables"} for r in tried]}
+    return (best["tables"] if keep else off), record
