@@ -164,15 +164,18 @@ def test_the_gate_keeps_the_source_where_it_pays_and_drops_it_where_it_cannot():
     first, second, chunk = confidence.halves(held, 512)
     table = confidence.learn_sources(first, chunk, rich, None)
     agree_for = lambda t: confidence.learn_agree(t, second, chunk, rich, None)  # noqa: E731
-    gated, record = tuning.gate_suffix(table, agree_for, rich, [held], None, 512)
+    halves = [held[:len(held) // 2], held[len(held) // 2:]]
+    gated, record = tuning.gate_suffix(table, agree_for, rich, halves, None, 512)
     chosen = next(r for r in record["tried"] if r["min_match"] == record["min_match"])
-    assert chosen["worst_ratio"] > 1 and chosen["worst_ratio"] == max(r["worst_ratio"] for r in record["tried"])
+    assert chosen["worst_bound"] > 1 and chosen["worst_bound"] == max(r["worst_bound"] for r in record["tried"])
+    for r in record["tried"]:  # the bound: the worse half's ratio less the halves' difference, at the worst cost
+        assert r["worst_bound"] == min(min(a, b) - abs(a - b) for a, b in r["ratios_by_half"].values())
     assert min_match_of(gated[0][SRC_SUFFIX:]) == record["min_match"] and suffix_on(gated[0])
     assert [r["min_match"] for r in record["tried"]] == [int(LENGTH_EDGES[b]) for b in tuning.GATE_BINS]
     assert np.array_equal(gated[0][:SRC_SUFFIX], table[:SRC_SUFFIX])
     noise = np.random.default_rng(0).integers(700, 1000, 3000).astype(np.int32)  # ids the corpus never holds
-    off, rec = tuning.gate_suffix(table, agree_for, rich, [noise], None, 512)
-    assert rec["min_match"] is None and all(r["worst_ratio"] <= 1.0 for r in rec["tried"])
+    off, rec = tuning.gate_suffix(table, agree_for, rich, [noise[:1500], noise[1500:]], None, 512)
+    assert rec["min_match"] is None and all(r["worst_bound"] <= 1.0 for r in rec["tried"])
     plain = confidence.learn(held, 512, static=with_suffix(docs, suffix=False))
     assert np.array_equal(off[0], plain[0]) and np.array_equal(off[1], plain[1])
     _, gens = tuning.gate_suffix(table, agree_for, rich, [held[:1500], held[1500:]], [200, 200], 512)
