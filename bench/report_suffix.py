@@ -161,7 +161,8 @@ def _replay_tables(result: dict) -> list[str]:
     lines = []
     for n, c in result["corpora"].items():
         lines += [f"**{n}** ({c['kind']}): corpus {c['corpus_tokens']:,} tokens; tables learnt on "
-                  f"{c['tune_tokens']:,} held-out tokens; the rows replay {c['eval_tokens']:,}.", "",
+                  f"{c['tune_tokens']:,} held-out tokens; the rows replay {c['eval_tokens']:,}. "
+                  + _gate(c["tables"]["policy+suffix"]["about"].get("suffix_gate")), "",
                   "| row | C | calls | drafted | accepted/call | tokens/verify | S(C) | "
                   "suffix source: drafted, accepted |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -174,6 +175,17 @@ def _replay_tables(result: dict) -> list[str]:
                              + (f"{sx['drafted']:,}, {sx['accept']:.1f} %" if sx else "–") + " |")
         lines.append("")
     return lines
+
+
+def _gate(gate: dict | None) -> str:
+    """What tune-policy's suffix gate chose on the held-out ids (draft.tuning.gate_suffix)."""
+    if not gate:
+        return "The table with the index was learnt without a suffix gate."
+    bounds = ", ".join(f"{r['min_match']}: {r['worst_bound']:.5f}" for r in gate["tried"])
+    chosen = (f"drafts from the source after matches of {gate['min_match']}+ tokens" if gate["min_match"] else
+              "leaves the source out (no gate's bound above 1: the no-source tables)")
+    return (f"Suffix gate (tune-policy, on the held-out halves; min match: worst bound {bounds}): the table "
+            f"{chosen}.")
 
 
 def render(result: dict, json_name: str) -> str:
