@@ -96,8 +96,9 @@ def create(
                                           "of its followers."),
     suffix_index: bool = typer.Option(False, "--suffix-index", help="Also store the corpus' suffix index (its ids "
                                       "and suffix array, ~8 bytes per token; a version-3 .lkc) for drafting from "
-                                      "the longest match anywhere in the corpus. Building it needs ~15 bytes per "
-                                      "token of --memory-budget; ids up to 16,777,214."),
+                                      "the longest match anywhere in the corpus. Its sort takes 15 bytes per "
+                                      "token in memory; beyond --memory-budget it runs out of core in parts (the same "
+                                      "file); ids up to 16,777,214."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no progress bars)."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars and no summary."),
 ) -> None:
@@ -181,7 +182,8 @@ def summary_lines(s: dict) -> list[str]:
         lines.insert(-2, f"  index      suffix index of {ix['positions']:,} positions ({ix['documents']:,} "
                          f"document(s)), "
                          f"{ix['bytes']:,} bytes ({ix['bytes'] / max(ix['positions'], 1):.2f} per position), "
-                         f"{ix['seconds']:.1f} s")
+                         f"{ix['seconds']:.1f} s" + (f", sorted in {ix['sorted_in_parts']} parts merged out of core"
+                                                      if ix.get("sorted_in_parts", 1) > 1 else ""))
     if s["replaced_bytes"]:
         lines.append(f"  warning    {s['replaced_bytes']:,} bytes of invalid UTF-8 were replaced with U+FFFD")
     if any(src["cut"] for src in s["sources"]) or s["skipped_sources"]:
