@@ -21,7 +21,6 @@ that sorts the whole text in one part.
 from __future__ import annotations
 
 import math
-import mmap
 import os
 
 import numpy as np
@@ -29,7 +28,7 @@ import numpy as np
 from ..errors import InputError
 from ..formats.lkc_suffix import SAMPLE, SEPARATOR
 from ..kernels import kernel
-from .build import pack_text, sort_packed
+from .build import drop_mapped, pack_text, sort_packed
 
 WORK_PER_LEVEL = 32  # compared tokens per position and heap level before the merge gives up (SPEC.md)
 _ROWS_BLOCK = 1 << 20  # SA rows merged (and written) at a time
@@ -237,9 +236,7 @@ def merge_rows(text: np.ndarray, rows_path: str, bounds: np.ndarray, dtype, writ
     second = np.empty(-(-n // SAMPLE), np.int32)
     if n == 0:
         return second, tail_work
-    with open(rows_path, "rb") as f:  # (the mapping closes when its last view goes)
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    rows = np.frombuffer(mapping, dtype)
+    rows = np.memmap(rows_path, dtype, "r", shape=(n,))
     cur = bounds[:-1].copy()
     end = bounds[1:].copy()
     heap = np.array([s for s in range(len(cur)) if cur[s] < end[s]], np.int64)
@@ -256,17 +253,6 @@ def merge_rows(text: np.ndarray, rows_path: str, bounds: np.ndarray, dtype, writ
                 f"position: the corpus repeats long passages in several of its parts; {remedy}")
         write(out[:m])
         row0 += m
-        _drop_consumed(mapping, rows, bounds, cur)
+        for seg in range(len(cur)):  # (rows merged are read once: their pages leave this process's RSS)
+            drop_mapped(rows[bounds[seg]:cur[seg]])
     return second, int(work[0])
-
-
-def _drop_consumed(mapping, rows: np.ndarray, bounds: np.ndarray, cur: np.ndarray) -> None:
-    """Drop the pages of rows already merged from this process's RSS (read once; Linux only)."""
-    if not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    size = rows.itemsize
-    for s in range(len(cur)):
-        start = -(-int(bounds[s]) * size // mmap.PAGESIZE) * mmap.PAGESIZE
-        stop = int(cur[s]) * size // mmap.PAGESIZE * mmap.PAGESIZE
-        if stop > start:
-            mapping.madvise(mmap.MADV_DONTNEED, start, stop - start)
