@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from lookupkit.files import check_writable
 from lookupkit.verify_cost import save_curve
 from lookupkit.rules import MAX_DRAFT
 from lookupkit.cli.common import guarded, print_json
@@ -45,6 +46,8 @@ def calibrate(
     from lookupkit import models
 
     model = models.resolve(model)
+    if out is not None:
+        check_writable(out)  # before minutes of measuring, not after
     result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads)
     if out is not None:
         save_curve(result, out)
@@ -53,12 +56,29 @@ def calibrate(
         return
     typer.echo(f"{model}: 1 token after {position} costs {result['t1_s'] * 1e3:.3f} ms "
                f"(threads {result['threads']}, batch threads {result['threads_batch']}, {reps} reps, medians)")
-    typer.echo("   k  cost of 1+k / cost of 1")
+    typer.echo("   k  cost of 1+k / cost of 1   repeat spread (middle half of the reps)")
+    spread = result["spread"]
     for k, c in result["curve"].items():
         if k:
-            typer.echo(f"{k:4d}  {c:.3f}")
+            lo, hi = spread[k]
+            typer.echo(f"{k:4d}  {c:6.3f}                   {lo:.3f}-{hi:.3f}")
+    for line in falls(result["curve"], spread):
+        typer.echo(line)
     typer.echo(f"per drafted position: {result['per_position_cost']:.3f} (least-squares slope)"
                + (f"\nwrote {out}" if out is not None else ""))
+
+
+def falls(curve: dict, spread: dict) -> list[str]:
+    """A line for each k where verifying one more token costs less: real (beyond both points' repeat
+    spread: llama.cpp's kernels favour some batch sizes) or noise (within it: more --reps would tell)."""
+    out = []
+    for k in sorted(curve)[1:-1]:
+        if curve[k + 1] < curve[k]:
+            real = spread[k + 1][1] < spread[k][0]
+            out.append(f"note: k = {k + 1} costs less than k = {k} ({curve[k + 1]:.3f} vs {curve[k]:.3f}), "
+                       + ("beyond their repeat spread: the kernels favour that batch size" if real else
+                          "within their repeat spread: noise (raise --reps, on a quiet machine)"))
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,12 @@
 """`lookupkit generate`: does drafting pay on my model? Greedy generation with and without it, same loop.
 
-Loads the GGUF with llama-cpp-python (with llama-server's context defaults, open_model), tokenizes the prompt with the model itself (BOS as llama.cpp adds
-it), runs lookupkit's greedy loop (integrations.llama_generate) once without drafting and once drafting
-from the caches, and reports both speeds, the speed-up, what was drafted and accepted, and a verdict.
-A short untimed warm-up comes first, so neither run pays for llama.cpp's first-decode set-up.
+Loads the GGUF with llama-cpp-python (with llama-server's context defaults, open_model), tokenizes the
+prompt with the model itself (BOS as llama.cpp adds it), then runs `--runs` pairs of lookupkit's greedy
+loop (integrations.llama_generate), plain and drafted from the caches, interleaved, every run timing
+the same number of tokens, and reports the median speed-up with its spread, what was drafted and
+accepted, what the verify cost predicts, and a verdict that says "uncertain" when it cannot be trusted
+(integrations.compare says why each rule). A short untimed warm-up comes first, so no run pays for
+llama.cpp's first-decode set-up.
 """
 
 from __future__ import annotations
@@ -16,11 +19,9 @@ import typer
 
 from lookupkit.errors import InputError
 from lookupkit.files import open_input
-from lookupkit.rules import ENGINE_DRAFT
+from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft
 from lookupkit.cli.common import guarded, print_json, progress
-
-PAYS, LOSES = 1.05, 0.95  # speed-ups above / below which the verdict is "pays" / "does not pay"
-MAX_GEN_DRAFT = 256  # --draft beyond this is refused: a verify batch that long is never cheaper than its tokens
+from lookupkit.integrations.compare import MAX_RUNS, RUNS
 WARMUP_TOKENS = 4
 
 
@@ -33,7 +34,7 @@ EXAMPLES = """Examples:
 
 \b
   lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -f prompt.txt
-  lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -p 'The Roman Empire' -n 128 --json
+  lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -p 'The Roman Empire' -n 128 --runs 9 --json
   lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -f prompt.txt --policy lookupkit --verify-cost gemma.curve.json --draft 64
 
 Needs llama-cpp-python (pip install 'lookupkit[llama]').
@@ -56,9 +57,13 @@ def generate_cmd(
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each "
                                               "drafted position relative to one decoding step, or the curve "
                                               "`lookupkit calibrate -o` measured on this model: the policy drafts by "
-                                              "it, and the report adds the speed-up it predicts."),
-    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_GEN_DRAFT})."),
-    n_predict: int = typer.Option(256, "-n", "--n-predict", help="Tokens to generate in each run."),
+                                              "it, and the verdict sets the speed-up it predicts beside the measured one."),
+    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_DRAFT})."),
+    n_predict: int = typer.Option(256, "-n", "--n-predict", help="Most tokens to generate in each run (every run "
+                                  "generates as many as the first plain run did: it stops at EOS, unless --ignore-eos)."),
+    runs: int = typer.Option(RUNS, "--runs", help="Pairs of runs (plain and drafted, interleaved): the verdict is "
+                             "their median speed-up, with the spread."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Time -n tokens in every run, past EOS."),
     threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
     n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="Context size (prompt + generated tokens)."),
     prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="The prompt text."),
@@ -66,14 +71,14 @@ def generate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars."),
 ) -> None:
-    """Generate greedily without and with drafting (the same loop) and say whether drafting pays."""
+    """Generate greedily without and with drafting (the same loop, --runs pairs) and say whether drafting pays."""
     from lookupkit import Drafter, models
-    from lookupkit.verify_cost import DEFAULT_COST
+    from lookupkit.integrations.compare import compare
     from lookupkit.static import StaticCache
-    from lookupkit.verify_cost import VerifyCost
+    from lookupkit.verify_cost import DEFAULT_COST, VerifyCost
 
     text = _prompt_text(prompt, file)
-    _check_numbers(n_draft, n_predict, threads, n_ctx)
+    _check_numbers(n_draft, n_predict, runs, MAX_RUNS, threads, n_ctx)
     cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
     path = models.resolve(model)
     from lookupkit.integrations.llama_generate import generate, model_vocab, open_model
@@ -86,24 +91,38 @@ def generate_cmd(
         from lookupkit.draft.confidence import for_model
 
         policy_table = for_model(path)
-    drafter = Drafter(static=static, dynamic=lcd, policy=policy.value, policy_table=policy_table,
-                      verify_cost=cost if cost is not None else DEFAULT_COST)
+    if lcd is not None:
+        from lookupkit.formats import read_ngrams
+
+        lcd_table = read_ngrams(lcd)  # read once; every drafted run starts from it afresh
+    else:
+        lcd_table = None
+
+    def make_drafter():
+        return Drafter(static=static, dynamic=lcd_table, policy=policy.value, policy_table=policy_table,
+                       verify_cost=cost if cost is not None else DEFAULT_COST)
+
+    make_drafter()  # refuses a bad table or cache before the model loads
     llm = open_model(path, n_ctx=n_ctx, threads=threads, n_batch=max(512, n_draft + 1))
     try:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-        if len(ids) + n_predict > llm.n_ctx():
-            raise InputError(f"the prompt has {len(ids)} tokens and -n is {n_predict}: -c {llm.n_ctx()} is too small "
+        if len(ids) + n_predict > n_ctx:
+            raise InputError(f"the prompt has {len(ids)} tokens and -n is {n_predict}: -c {n_ctx} is too small "
                              f"(give -c {len(ids) + n_predict} or more)")
         generate(llm, ids, WARMUP_TOKENS, drafter=Drafter(), n_draft=n_draft, stop_at_eos=False)
-        runs = {}
         with progress(not (quiet or as_json)) as bar:
-            for name, d in (("plain", None), ("drafted", drafter)):
-                task = bar.add_task(name, total=n_predict, rate="")
-                runs[name] = generate(llm, ids, n_predict, drafter=d, n_draft=n_draft,
-                                      on_token=lambda _t, task=task: bar.advance(task))
-                bar.update(task, completed=n_predict, rate=f"{runs[name].tokens_per_s or 0:.1f} tok/s")
-        report = _report(runs["plain"], runs["drafted"], cost, llm, path=str(path), lcs=lcs, lcd=lcd,
-                         policy=policy.value, policy_table=policy_table and str(policy_table), n_draft=n_draft, threads=threads, n_ctx=llm.n_ctx())
+            task = bar.add_task("runs", total=2 * runs, rate="")
+
+            def on_run(name, pair, g):
+                bar.update(task, advance=1, description=f"{name} {pair + 1}/{runs}",
+                           rate=f"{g.tokens_per_s or 0:.1f} tok/s")
+
+            result = compare(llm, ids, n_predict, make_drafter, n_draft=n_draft, runs=runs, cost=cost,
+                             ignore_eos=ignore_eos, on_run=on_run)
+        report = _report(result, llm, path=str(path), lcs=lcs and str(lcs), lcd=lcd and str(lcd),
+                         policy=policy.value, policy_table=policy_table and str(policy_table),
+                         verify_cost=cost.describe() if cost is not None else None, n_draft=n_draft,
+                         threads=threads, n_ctx=n_ctx, ignore_eos=ignore_eos)
     finally:
         llm.close()
     if as_json:
@@ -127,67 +146,79 @@ def _prompt_text(prompt: str | None, file: Path | None) -> str:
     return prompt
 
 
-def _check_numbers(n_draft: int, n_predict: int, threads: int, n_ctx: int) -> None:
-    if not 1 <= n_draft <= MAX_GEN_DRAFT:
-        raise InputError(f"--draft must be between 1 and {MAX_GEN_DRAFT}, got {n_draft}")
+def _check_numbers(n_draft: int, n_predict: int, runs: int, max_runs: int, threads: int, n_ctx: int) -> None:
+    try:
+        check_n_draft(n_draft)
+    except InputError:
+        raise InputError(f"--draft must be between 1 and {MAX_DRAFT}, got {n_draft}") from None
     if n_predict < 1:
         raise InputError(f"-n must be at least 1, got {n_predict}")
+    if not 1 <= runs <= max_runs:
+        raise InputError(f"--runs must be between 1 and {max_runs}, got {runs}")
     if threads < 1:
         raise InputError(f"-t must be at least 1, got {threads}")
     if n_ctx < 16:
         raise InputError(f"-c must be at least 16, got {n_ctx}")
 
 
-def _report(plain, drafted, cost, llm, **about) -> dict:
-    from lookupkit.verify_cost import speedup as predicted_speedup
+def _spread(values: list) -> dict:
+    import statistics
 
-    sp = drafted.tokens_per_s / plain.tokens_per_s if plain.tokens_per_s and drafted.tokens_per_s else None
-    predicted = None
-    if cost is not None and drafted.n_calls:
-        try:
-            predicted = predicted_speedup(drafted.drafted, drafted.accepted, cost)
-        except InputError:
-            predicted = None  # the curve does not reach the longest draft
-    same = next((i for i, (a, b) in enumerate(zip(plain.tokens, drafted.tokens)) if a != b), None)
-    if same is None and len(plain.tokens) != len(drafted.tokens):
-        same = min(len(plain.tokens), len(drafted.tokens))
-    return {**about, "prompt_tokens": plain.prompt_len, "plain": plain.summary(), "drafted": drafted.summary(),
-            "speedup": sp, "predicted_speedup": predicted, "verdict": verdict(sp),
-            "first_divergence": same, "text": llm.detokenize(drafted.tokens).decode("utf-8", "replace")}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def verdict(sp: float | None) -> str:
-    """The speed-up in words."""
-    if sp is None:
-        return "not measured (a run took no time)"
-    if sp >= PAYS:
-        return f"drafting pays on this model: {sp:.2f}x"
-    if sp <= LOSES:
-        return f"drafting does not pay on this model: {sp:.2f}x (it costs more than it saves)"
-    return f"drafting breaks even on this model: {sp:.2f}x (within {round((PAYS - 1) * 100)} %)"
+def _report(c, llm, **about) -> dict:
+    """The comparison as one JSON-able dict: every run, the paired speed-ups and the verdict."""
+    first = c.plain[0]
+    eos = first.eog
+    sums = {k: sum(g.summary()[k] for g in c.drafted) for k in ("calls", "drafted", "accepted")}
+    return {**about, "prompt_tokens": first.prompt_len, "runs": len(c.plain), "timed_tokens": c.timed,
+            "order": c.order, "others_cores": c.others,
+            "plain": {"tokens_per_s": _spread([g.tokens_per_s or 0 for g in c.plain]),
+                      "runs": [g.summary() for g in c.plain]},
+            "drafted": {"tokens_per_s": _spread([g.tokens_per_s or 0 for g in c.drafted]), **sums,
+                        "acceptance": sums["accepted"] / sums["drafted"] if sums["drafted"] else None,
+                        "accepted_per_call": sums["accepted"] / sums["calls"] if sums["calls"] else None,
+                        "runs": [g.summary() for g in c.drafted]},
+            "speedups": c.ratios, "speedup": _spread(c.ratios),
+            "predicted_speedup": c.predicted, "no_prediction": c.no_prediction,
+            "verdict": c.verdict.text, "answer": c.verdict.answer, "reasons": c.verdict.reasons,
+            "first_divergence": c.first_divergence(), "text_of": "plain run 1", "text_eos": eos,
+            "text": llm.detokenize(first.tokens[:eos + 1] if eos is not None else first.tokens).decode("utf-8", "replace")}
 
 
 def _print(r: dict) -> None:
     p, d = r["plain"], r["drafted"]
     caches = ", ".join(x for x in (r["lcs"] and f"-lcs {r['lcs']}", r["lcd"] and f"-lcd {r['lcd']}") if x)
-    typer.echo(f"{r['path']}: prompt {r['prompt_tokens']} tokens, {r['threads']} threads, -c {r['n_ctx']}, greedy")
+    typer.echo(f"{r['path']}: prompt {r['prompt_tokens']} tokens, {r['threads']} threads, -c {r['n_ctx']}, greedy; "
+               f"{r['runs']} pairs of runs (plain and drafted, interleaved), {r['timed_tokens']} tokens timed in each")
+    eos = r["text_eos"]
+    cut = f", cut at its EOS (token {eos + 1})" if eos is not None and eos + 1 < r["timed_tokens"] else ""
+    typer.echo(f"--- text of plain run 1 (the model's greedy continuation{cut}) ---")
     typer.echo(r["text"].rstrip())
-    typer.echo("")
+    div = r["first_divergence"]
+    typer.echo("--- the drafted runs' texts: " + ("identical to it ---" if div is None else
+               f"differ from generated token {div} on (batch shape changes a quantised model's arithmetic) ---"))
     for name, s in (("plain", p), ("drafted", d)):
-        typer.echo(f"{name:8s} {s['tokens']:5d} tokens in {s['t_gen_s']:7.2f} s  {s['tokens_per_s'] or 0:7.1f} tok/s  "
-                   f"(prompt {s['t_prompt_s']:.2f} s, stop: {s['stop']})")
+        t = s["tokens_per_s"]
+        typer.echo(f"{name:8s} {t['median']:7.1f} tok/s median ({t['min']:.1f}-{t['max']:.1f} over {r['runs']} runs)")
     acc = f"{d['acceptance']:.0%}" if d["acceptance"] is not None else "n/a"
     per_call = f"{d['accepted_per_call']:.2f}" if d["accepted_per_call"] is not None else "n/a"
     how = "llama.cpp's rule" if r["policy"] == PolicyName.llama.value else (
         f"lookupkit's policy ({Path(r['policy_table']).name if r['policy_table'] else 'bundled tables'})")
-    typer.echo(f"drafting: {how}, --draft {r['n_draft']}, {caches or 'context only'}: "
+    typer.echo(f"drafting: {how}, --draft {r['n_draft']}, {caches or 'context only'}: over {r['runs']} drafted runs "
                f"{d['calls']} calls, {d['drafted']} drafted, {d['accepted']} accepted ({acc}), "
                f"{per_call} accepted per call")
+    sp = r["speedup"]
+    typer.echo(f"measured speed-up {sp['median']:.2f}x (median of {r['runs']} pairs, {sp['min']:.2f}x-{sp['max']:.2f}x); "
+               f"other processes used {r['others_cores']:.2f} cores meanwhile")
     if r["predicted_speedup"] is not None:
-        typer.echo(f"the verify cost predicts {r['predicted_speedup']:.2f}x for these drafts")
-    div = r["first_divergence"]
-    typer.echo("outputs: identical" if div is None else
-               f"outputs: differ from generated token {div} on (batch shape changes a quantised model's arithmetic)")
+        typer.echo(f"predicted speed-up {r['predicted_speedup']:.2f}x (these calls' drafted and accepted tokens "
+                   f"at --verify-cost {r['verify_cost']})")
+    elif r["no_prediction"]:
+        typer.echo(f"no prediction: {r['no_prediction']}")
+    else:
+        typer.echo("no prediction: give --verify-cost CURVE.json (lookupkit calibrate) to set one beside the measurement")
     typer.echo(r["verdict"])
 
 

@@ -2,7 +2,8 @@
 
 `--max-bytes N` is one budget shared by the sources in order. A source that fits is taken whole;
 the source that crosses the budget ends at the last "\\n" at or before the budget (the "\\n" is
-kept; the seed article's "first N MB, cut at a line boundary"), or, with cut="byte", after exactly
+kept: how the 25/100 MB WikiText-103 prefixes of lookupkit's benchmarks were cut, "the first N MB of
+wiki541, cut at a line boundary"), or, with cut="byte", after exactly
 the budget's bytes (how ../shared/docs/anchors.md's token counts for this machine's stand-in corpus were
 made: 25 MB of wiki541 is 5,651,710 qwen2 tokens cut at byte 25,000,000, 5,651,583 at the line end).
 Later sources are skipped.

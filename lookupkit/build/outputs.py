@@ -1,4 +1,4 @@
-"""A build's output file: checked writable before the long work, and kept as a success once complete.
+"""A build's output file (checked writable before the long work by files.check_writable), kept as a success once complete.
 
 Outputs are written atomically (`lookupkit.files.atomic_writer`: a temp file renamed over the target).
 A Ctrl-C that lands after the rename finds the work done: the file at the path is complete and valid,
@@ -16,18 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from lookupkit.errors import InputError
-
-
-def check_output(path: Path) -> None:
-    """Fail before the long work if the output cannot be written (atomic_writer re-checks at the end)."""
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(f"cannot write {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {path}: permission denied")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

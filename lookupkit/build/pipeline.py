@@ -26,7 +26,6 @@ import numpy as np
 
 from lookupkit._version import __version__
 from lookupkit.build.memory_budget import check_write, children_peak_rss, disk_errors, plan_memory, work_dir
-from lookupkit.build.outputs import check_output
 from lookupkit.build.parallel import (Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup,
                                       tokenize_count)
 from lookupkit.build.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
@@ -35,7 +34,7 @@ from lookupkit.counts.bigrams import CHUNK_TOKENS
 from lookupkit.counts.high_orders import count_order, follower_bits
 from lookupkit.counts.runs import key_ranges
 from lookupkit.errors import InputError
-from lookupkit.files import atomic_writer
+from lookupkit.files import atomic_writer, check_writable
 from lookupkit.formats import BY_NAME, format_for_path
 from lookupkit.formats.streamed import write_parts
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
@@ -75,7 +74,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
 
     t_start = time.perf_counter()
     out_path = Path(out_path)
-    check_output(out_path)
+    check_writable(out_path)
     fmt = format_for_path(out_path, format)
     if not sources:
         raise InputError("no corpus given: pass a text file, a dataset, token ids or the default corpus")
@@ -367,7 +366,7 @@ def export_tokens(sources: Sequence, tokenizer, out_path: str | os.PathLike, pro
 
     t_start = time.perf_counter()
     out_path = Path(out_path)
-    check_output(out_path)
+    check_writable(out_path)
     if not sources:
         raise InputError("no corpus given: pass a text file, a dataset or the default corpus")
     for source in sources:

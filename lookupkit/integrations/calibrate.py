@@ -5,7 +5,8 @@ tokens costs against 1 on *this* model (this module measures it). `calibrate` ti
 lookupkit's own generation loop (integrations.llama_generate): one llama_decode of 1 + k tokens with
 logits on exactly those rows, and the argmax of each row, at a realistic context position, dropping
 the batch from the KV cache before every repetition, interleaving the sizes so drift hits all alike,
-and keeps medians. llama.cpp decodes a single token with n_threads and a batch with n_threads_batch:
+and keeps medians, with the middle half of each size's repetitions (each relative to the 1-token
+decode of its own sweep) as its repeat spread. llama.cpp decodes a single token with n_threads and a batch with n_threads_batch:
 `threads` sets both (llama-cpp-python's defaults give the batch twice the threads of one token, which
 would flatter drafts); the result records both. The curve is not linear: for a 262,144-token vocabulary
 the output layer is most of a small model's work per row, and llama.cpp's kernels favour some batch sizes.
@@ -71,10 +72,19 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
         m.clear()
     med = {k: statistics.median(v) for k, v in raw.items()}
     curve = {k: med[k] / med[0] for k in sizes}
+    spread = {k: quartiles([a / b for a, b in zip(raw[k], raw[0])]) for k in sizes}
     slope = float(np.polyfit(np.array(sizes, float), np.array([curve[k] for k in sizes]), 1)[0])
     result = {"format": FORMAT, "model": os.fspath(model_path), "n_ctx_pos": position,
               "threads": int(llm.context_params.n_threads), "threads_batch": int(llm.context_params.n_threads_batch),
-              "reps": reps, "t1_s": med[0], "curve": curve, "per_position_cost": slope,
+              "reps": reps, "t1_s": med[0], "curve": curve, "spread": spread, "per_position_cost": slope,
               "raw_s": {k: v for k, v in raw.items()}}
     llm.close()
     return result
+
+
+def quartiles(values: list) -> tuple[float, float]:
+    """The first and third quartiles of `values` (the spread of one point's repetitions)."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]

@@ -36,7 +36,8 @@ class Generation:
     """One greedy generation: what was emitted, how long it took, and what drafting did.
 
     tokens: the generated ids (an EOS/EOG token that ended it is the last one); stop: "eos", "length"
-    (max_tokens) or "n_ctx" (the context is full). t_prompt_s: decoding the prompt and picking the first
+    (max_tokens) or "n_ctx" (the context is full); eog: where the first EOS/EOG token is, if any
+    (stop_at_eos=False generates past it). t_prompt_s: decoding the prompt and picking the first
     token; t_gen_s: everything after it. n_calls: verify batches after the first token (one per emitted
     token for plain generation); drafted/accepted: per call. tokens_per_s counts every generated token
     over t_gen_s, as llama-server's predicted_per_second does.
@@ -49,6 +50,7 @@ class Generation:
     t_gen_s: float
     drafted: np.ndarray = field(repr=False)
     accepted: np.ndarray = field(repr=False)
+    eog: int | None = None  # index in tokens of the first end-of-generation token (with stop_at_eos, the last)
 
     @property
     def n_calls(self) -> int:
@@ -76,7 +78,7 @@ class Generation:
         return self.stop == "eos"
 
     def summary(self) -> dict:
-        return {"prompt_tokens": self.prompt_len, "tokens": len(self.tokens), "stop": self.stop,
+        return {"prompt_tokens": self.prompt_len, "tokens": len(self.tokens), "stop": self.stop, "eog": self.eog,
                 "t_prompt_s": self.t_prompt_s, "t_gen_s": self.t_gen_s, "tokens_per_s": self.tokens_per_s,
                 "calls": self.n_calls, "drafted": self.n_drafted, "accepted": self.n_accepted,
                 "accepted_per_call": self.accepted_per_call,
@@ -258,7 +260,8 @@ def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_dr
             drafter.accept(new)
     t2 = time.perf_counter()
     return Generation(tokens=out, prompt_len=len(prompt), stop=stop, t_prompt_s=t1 - t0, t_gen_s=t2 - t1,
-                      drafted=np.asarray(drafted, np.int32), accepted=np.asarray(accepted, np.int32))
+                      drafted=np.asarray(drafted, np.int32), accepted=np.asarray(accepted, np.int32),
+                      eog=next((i for i, t in enumerate(out) if m.is_eog(t)), None))
 
 
 def _stop(m: _Model, out: list, n_prompt: int, max_tokens: int, stop_at_eos: bool) -> str | None:
