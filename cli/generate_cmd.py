@@ -5,8 +5,7 @@ prompt with the model itself (BOS as llama.cpp adds it), then runs `--runs` pair
 loop (integrations.llama_generate), plain and drafted from the caches, interleaved, every run timing
 the same number of tokens, and reports the median speed-up with its spread, what was drafted and
 accepted, what the verify cost predicts, and a verdict that says "uncertain" when it cannot be trusted
-(integrations.compare says why each rule). A short untimed warm-up comes first, so no run pays for
-llama.cpp's first-decode set-up.
+(integrations.compare says why each rule). compare's untimed warm-up comes first.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from lookupkit.files import open_input
 from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft
 from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.integrations.compare import MAX_RUNS, RUNS
-WARMUP_TOKENS = 4
 
 
 class PolicyName(str, Enum):
@@ -81,7 +79,7 @@ def generate_cmd(
     _check_numbers(n_draft, n_predict, runs, MAX_RUNS, threads, n_ctx)
     cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
     path = models.resolve(model)
-    from lookupkit.integrations.llama_generate import generate, model_vocab, open_model
+    from lookupkit.integrations.llama_generate import model_vocab, open_model
 
     vocab = model_vocab(path)  # a file that is not GGUF is refused here, before anything loads
     static = StaticCache.open(lcs, expect_vocab=vocab) if lcs is not None else None
@@ -109,7 +107,6 @@ def generate_cmd(
         if len(ids) + n_predict > n_ctx:
             raise InputError(f"the prompt has {len(ids)} tokens and -n is {n_predict}: -c {n_ctx} is too small "
                              f"(give -c {len(ids) + n_predict} or more)")
-        generate(llm, ids, WARMUP_TOKENS, drafter=Drafter(), n_draft=n_draft, stop_at_eos=False)
         with progress(not (quiet or as_json)) as bar:
             task = bar.add_task("runs", total=2 * runs, rate="")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from lookupkit.errors import InputError
-from lookupkit.integrations.compare import (AGREE, BUSY_CORES, LOSES, MIN_TIMED, PAYS, band, compare, judge,
-                                            ratios)
+from lookupkit.integrations.compare import (AGREE, BUSY_CORES, LOSES, MIN_TIMED, PAYS, WARMUP_TOKENS, band, compare,
+                                            judge, ratios)
 from lookupkit.integrations.llama_generate import Generation
 from lookupkit.verify_cost import VerifyCost
 
@@ -32,9 +32,12 @@ class FakeEngine:
     def __init__(self, plain_s=0.02, drafted_s=0.01, eos=None, drafted_eos=None, speeds=None):
         self.plain_s, self.drafted_s, self.eos, self.drafted_eos = plain_s, drafted_s, eos, drafted_eos
         self.speeds = list(speeds) if speeds else None  # per-run seconds per token, overriding the two above
-        self.calls = []
+        self.calls, self.warmup = [], None
 
     def __call__(self, llm, prompt, max_tokens, *, drafter, n_draft, stop_at_eos):
+        if self.warmup is None:  # compare's untimed warm-up: not a timed run
+            self.warmup = (drafter, max_tokens, stop_at_eos)
+            return None
         self.calls.append((drafter, max_tokens, stop_at_eos))
         eos = self.eos if drafter is None else self.drafted_eos
         n = eos + 1 if stop_at_eos and eos is not None and eos < max_tokens else max_tokens
@@ -81,6 +84,8 @@ def test_every_run_times_the_tokens_of_the_first_plain_run_past_any_eos_of_its_o
 def test_pairs_alternate_their_order_and_each_drafted_run_has_a_fresh_drafter():
     engine = FakeEngine()
     c, made = run(engine, runs=4)
+    assert engine.warmup == (made[0], WARMUP_TOKENS, False)  # an untimed drafted warm-up comes first
+    made = made[1:]
     kinds = ["drafted" if d is not None else "plain" for d, _, _ in engine.calls]
     assert kinds == ["plain", "drafted", "drafted", "plain", "plain", "drafted", "drafted", "plain"]
     assert c.order == ["plain first", "drafted first"] * 2

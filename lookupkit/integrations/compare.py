@@ -4,7 +4,8 @@ when it cannot be trusted (`lookupkit generate`).
 Why each rule (issue 21: one plain and one drafted run, back to back, printed 2.63x and then 4.57x for
 3 accepted tokens in 23 calls):
 
-* Every run times the same number of tokens: the first plain run ends at EOS or max_tokens, and every
+* An untimed drafted run of a few tokens comes first (llama.cpp sets up its first decodes, the drafter's
+  kernels load). Then every run times the same number of tokens: the first plain run ends at EOS or max_tokens, and every
   later run generates exactly that many, past any EOS of its own. A drafted run whose text diverged (a
   quantised model's arithmetic depends on the batch shape) is not rewarded for stopping early.
 * A pair is one plain and one drafted run; pairs alternate their order (plain first, drafted first) so
@@ -34,6 +35,7 @@ RUNS = 5  # pairs by default: see judge()'s docstring and bench/results/generate
 MAX_RUNS = 100
 BUSY_CORES = 0.25  # other processes using more than this many cores on average make the answer uncertain
 MIN_TIMED = 32  # fewer timed tokens per run than this are no measurement of a generation's speed
+WARMUP_TOKENS = 4  # an untimed drafted run first: no timed run pays for llama.cpp's first-decode set-up
 AGREE = 1.25  # measured / predicted beyond this factor (either way) is a disagreement
 
 
@@ -160,6 +162,7 @@ def compare(llm, prompt, max_tokens: int, make_drafter: Callable, *, n_draft: in
     if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_RUNS:
         raise InputError(f"--runs must be between 1 and {MAX_RUNS}, got {runs!r}")
     sampler = sampler or CpuSampler()
+    gen(llm, prompt, WARMUP_TOKENS, drafter=make_drafter(), n_draft=n_draft, stop_at_eos=False)
     plain, drafted, order = [], [], []
     timed = max_tokens
     sampler.start()
