@@ -17,7 +17,7 @@ import numpy as np
 import regex
 
 from . import backends as bb
-from .specials import Partition, special_tokens
+from .specials import Partition, code_points, special_tokens
 from ..errors import InputError
 from .spm import SpmBackend, TiedScores
 from .spm_ties import SpmTiesBackend
@@ -161,19 +161,21 @@ class Tokenizer:
     def _segment(self, text: str, bos: bool, eos: bool, parse_special: bool,
                  at_start: bool = True) -> np.ndarray:
         parts = [np.array([self.bos_id], np.int32)] if bos and self.add_bos else []
-        prev_special = at_start
         backend = self._backend(parse_special)
-        frags = self._partition.split(text, parse_special)
-        if hasattr(backend, "encode_parts"):
-            parts.append(backend.encode_parts(frags, at_start))
-            frags = []
-        for frag in frags:
-            if isinstance(frag, int):
-                parts.append(np.array([frag], np.int32))
-                prev_special = True
-            else:
-                parts.append(backend.encode(frag, prev_special))
-                prev_special = False
+        if hasattr(backend, "encode_spans"):  # SentencePiece by tiktoken: the specials' spans as arrays
+            cps = code_points(text)
+            parts.append(backend.encode_spans(text, self._partition.locate(text, parse_special, cps), at_start, cps))
+        elif hasattr(backend, "encode_parts"):  # the whole segment, special ids in place
+            parts.append(backend.encode_parts(self._partition.split(text, parse_special), at_start))
+        else:
+            prev_special = at_start
+            for frag in self._partition.split(text, parse_special):
+                if isinstance(frag, int):
+                    parts.append(np.array([frag], np.int32))
+                    prev_special = True
+                else:
+                    parts.append(backend.encode(frag, prev_special))
+                    prev_special = False
         if eos and self.add_eos:
             parts.append(np.array([self.eos_id], np.int32))
         return np.concatenate(parts) if parts else np.zeros(0, np.int32)

@@ -18,28 +18,39 @@ its merges are llama.cpp's merges. Three facts make that exact, each checked at 
 * Ranks break score ties by id, llama.cpp by position; tied tokens are accepted only when no
   proper suffix of one is a proper prefix of another (then they never compete for a symbol).
 * tiktoken's time grows with the square of a piece's length, so fragments are cut where no token
-  can span: before every "\\u2581" not preceded by a character that precedes "\\u2581" inside a
-  token (read from the vocabulary: for Gemma 3 only ">", from ">\\u2581</").
+  can span (`_piece_pattern`, read from the vocabulary): before every "\\u2581" not preceded by a
+  character that precedes "\\u2581" inside a token (for Gemma 3 only ">", from ">\\u2581</"), and
+  between an ASCII punctuation mark or digit and a character no token holds next to one (for Gemma
+  3 every letter but "\\u02c8"): code and markup become pieces that are mostly whole tokens.
 
 Tokens the partition always splits out (user-defined ones; control ones too with parse_special)
-can never appear inside a fragment and are left out, so a backend is built per parse_special.
+can never appear inside a fragment and are left out, so a backend is built per parse_special. A
+segment is one tiktoken call: over its code points (numpy) each special's span becomes the joint, a
+control character no token holds, which is a piece of its own and gets the special's id back.
 
 Why tiktoken and not a numba SPM of lookupkit's own: tiktoken's Rust merge loop is already the fast
-part, and this mapping reuses it unchanged. Measured (bench/tokenize_speed.py, first 25 MB of
-wiki541, 2 shared cores at load 5-8): 11.0 MB/s of CPU time on one core (7.7-8.2 MB/s wall), ids
-identical to llama-cpp-python's for all 5,586,362 tokens, which took 280 s (0.09 MB/s) for the same
-bytes; tiktoken is ~65 % of the time, the special-token partition the rest. The HF-tokenizers
-rebuild used before for SentencePiece ran at 2-4 MB/s and could not order Gemma's newline tokens.
+part, and this mapping reuses it unchanged (the numba engine, `spm_ties`, runs at 1.3 MB/s). Measured
+(`python -m lookupkit.bench.tokenize_corpora`, bench/RESULTS.md; CPU time on one core, Gemma 3): the
+first 25 MB of wiki541 at 18.8 MB/s, Python's standard library (4.7 MB, a special token every 21
+characters: each newline and indentation) at 19.6 MB/s, Markdown, HTML and Debian changelogs at
+16.7-20.2 MB/s, ids identical to llama.cpp's, which takes 53-280 s for the same 5-25 MB (0.02-0.09
+MB/s); tiktoken is 60-65 % of the time. Before (issue 21): 10.7 MB/s on prose and 0.74 MB/s on code,
+where llama.cpp's order of specials, replayed in Python, took 95 % of the time.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..errors import FormatError
+from .specials import NO_SPANS, Spans, code_points, fragments
 
 SPACE = "\u2581"
 _SENTINEL = b"\xff"  # never in UTF-8 text: appended so tiktoken cannot shortcut a whole token
+_NEVER = "\x00lookupkit: no special token\x00"  # tiktoken's special token that is never allowed
+_PUNCT = frozenset(chr(c) for c in range(0x21, 0x7F) if not chr(c).isalpha())  # ASCII punctuation, digits
 
 
 class TiedScores(FormatError):
@@ -47,7 +58,7 @@ class TiedScores(FormatError):
 
 
 class SpmBackend:
-    """Ids of one special-free fragment, as llama.cpp's SPM session produces them."""
+    """Ids of a partitioned segment, as llama.cpp's SPM session produces them."""
 
     def __init__(self, name: str, tokens: list[str], scores, excluded: set[int], add_space_prefix: bool):
         import tiktoken
@@ -76,8 +87,10 @@ class SpmBackend:
         # the joint: a character no token holds, standing for each special token between
         # fragments so that one tiktoken call encodes a whole segment (it is its own piece)
         self._joint = next((c for c in map(chr, range(1, 32)) if c not in chars), None)
+        # _NEVER: with no special token at all, tiktoken's encode_to_numpy searches an empty pattern
+        # at every character (1.5x slower); it is never allowed, so its rank is never returned
         self._enc = tiktoken.Encoding(f"lookupkit-{name}", pat_str=_piece_pattern(tokens, kept, self._joint),
-                                      mergeable_ranks=ranks, special_tokens={})
+                                      mergeable_ranks=ranks, special_tokens={_NEVER: len(ranks)})
         # rank -> ids: a kept token is its id; a character (or partial one, or byte) is its token
         # if it is one, else its bytes' byte tokens (llama.cpp's resegment + byte_to_token)
         n = len(ranks)
@@ -98,36 +111,42 @@ class SpmBackend:
                     self._spill[r] = ids
             else:
                 self._id[r] = -3  # llama.cpp throws (byte_to_token): refused at encode time
-        self._spill_ranks = np.array(sorted(self._spill), np.int64)
 
-    def encode(self, text: str, at_start: bool = False) -> np.ndarray:
-        return self.encode_parts([text], at_start)
-
-    def encode_parts(self, parts: list, at_start: bool) -> np.ndarray:
-        """Ids of a partitioned segment (fragments and special ids), in one tiktoken call when the
-        joint character does not occur in the text (else fragment by fragment)."""
-        joint, specials, texts, prev = self._joint, [], [], at_start
-        for p in parts:
-            if isinstance(p, int):
-                specials.append(p)
-                texts.append(joint)
-                prev = True
-            else:
-                texts.append(" " + p if self._prefix and prev else p)
-                prev = False
-        text = "".join(texts) if joint is not None else ""
-        if specials and (joint is None or text.count(joint) != len(specials)):
-            return np.concatenate([np.array([p], np.int32) if isinstance(p, int) else self.encode_parts([p], k == 0 and at_start or isinstance(parts[k - 1], int))
-                                   for k, p in enumerate(parts)])
-        if not specials:
-            text = "".join(texts)
-        ranks = self._enc.encode_to_numpy(text.replace(" ", SPACE), disallowed_special=())
+    def encode_spans(self, text: str, spans: Spans, at_start: bool, cps: np.ndarray | None = None) -> np.ndarray:
+        """Ids of a segment whose special tokens are at `spans` (`cps`: its code points, if known),
+        in one tiktoken call: each special's span becomes the joint character, built over the code
+        points (fragment by fragment if the text holds the joint itself)."""
+        cps = code_points(text) if cps is None else cps
+        joint, n = self._joint, len(spans.ids)
+        if n and (joint is None or (cps == ord(joint)).any()):
+            return self._by_fragment(text, spans, at_start)
+        out = np.where(cps == ord(" "), ord(SPACE), cps)
+        if n:  # each span becomes the joint: its first character replaced, the others dropped
+            out[spans.starts] = ord(joint)
+        inner = _inside(spans)
+        out = np.delete(out, inner) if len(inner) else out
+        if self._prefix:  # llama.cpp's space before the first fragment (at_start) and after each special
+            after = np.setdiff1d(spans.ends[spans.ends < len(cps)], spans.starts)
+            if at_start and len(cps) and not (n and spans.starts[0] == 0):
+                after = np.concatenate(([0], after))
+            out = np.insert(out, after - np.searchsorted(inner, after), ord(SPACE))
+        ranks = self._enc.encode_to_numpy(out.tobytes().decode("utf-32-le", "surrogatepass"), disallowed_special=())
         ids = self._id[ranks]
-        if specials:
-            ids[ranks == ord(joint)] = specials
+        if n:
+            ids[ranks == ord(joint)] = spans.ids
         if ids.size and ids.min() < 0:
             return self._expand(ranks, ids)
         return ids
+
+    def _by_fragment(self, text: str, spans: Spans, at_start: bool) -> np.ndarray:
+        out, prev = [], at_start
+        for part in fragments(text, spans):
+            if isinstance(part, int):
+                out.append(np.array([part], np.int32))
+            else:
+                out.append(self.encode_spans(part, NO_SPANS, prev))
+            prev = isinstance(part, int)
+        return np.concatenate(out) if out else np.zeros(0, np.int32)
 
     def _expand(self, ranks: np.ndarray, ids: np.ndarray) -> np.ndarray:
         if (ids == -3).any():
@@ -139,6 +158,13 @@ class SpmBackend:
             start = k + 1
         parts.append(ids[start:])
         return np.concatenate(parts).astype(np.int32)
+
+
+def _inside(spans: Spans) -> np.ndarray:
+    """Every position of the spans but their first ones, increasing."""
+    inner = spans.ends - spans.starts - 1
+    first = np.repeat(spans.starts + 1 - (np.cumsum(inner) - inner), inner)
+    return first + np.arange(len(first))
 
 
 def _utf8(t: str) -> bool:
@@ -191,19 +217,33 @@ def _check_ties(name: str, tokens: list[str], scores, kept: list[int]) -> None:
 
 
 def _piece_pattern(tokens: list[str], kept: list[int], joint: str | None) -> str:
-    """Pieces that no kept token spans: a cut before each SPACE unless the character before it is
-    one that precedes SPACE inside some token (such characters keep the SPACE in their piece), and
-    the joint character alone."""
-    before = {t[k - 1] for t in (tokens[i] for i in kept) for k in range(1, len(t)) if t[k] == SPACE}
-    sp, run = _cls([SPACE]), SPACE in before  # run: SPACE SPACE occurs in a token
+    """Pieces that no kept token spans, cut only between two characters no kept token holds side by side:
+
+    * before each SPACE, unless the character before it is one (G) that precedes SPACE inside some
+      token: G keeps the SPACE (all of a run if SPACE SPACE is in a token) in its piece;
+    * between an ASCII punctuation mark or digit (P) and a character of W: all characters but
+      SPACE, P, G, the joint and those some token holds next to a P (O, which join both sides).
+      No Gemma 3 token has a letter next to one, so code and markup are cut at every such
+      boundary ("self" "." "assertEqual" "(");
+    * around the joint character, a piece of its own.
+    """
+    texts = [tokens[i] for i in kept]
+    before = {t[k - 1] for t in texts for k in range(1, len(t)) if t[k] == SPACE}
+    glue = before - {SPACE}
+    punct = _PUNCT - glue
+    has_punct = re.compile(f"[{re.escape(''.join(sorted(punct)))}]").search
+    other = {c for t in texts if has_punct(t) for x, y in zip(t, t[1:]) if (x in punct) != (y in punct)
+             for c in (x, y) if c not in punct} - glue - {SPACE}
+    sp, run = _cls([SPACE]), SPACE in before
     lead, tail = (f"{sp}+", f"{sp}*") if run else (sp, f"{sp}?")
-    j, alone = (_cls([joint]), f"|{_cls([joint])}") if joint else ("", "")
-    others = sorted(before - {SPACE})
-    if not others:
-        return f"{lead}[^{sp}{j}]*|[^{sp}{j}]+{alone}"
-    x = _cls(others)
-    body = f"(?:[^{sp}{x}{j}]|[{x}]+{tail})"
-    return f"{lead}{body}*|{body}+{alone}"
+    j, p, o, g = _cls([joint] if joint else []), _cls(sorted(punct)), _cls(sorted(other)), _cls(sorted(glue))
+    block = f"(?:[^{sp}{p}{o}{g}{j}]+|[{p}]+)" if punct else f"[^{sp}{o}{g}{j}]+"
+    links = ([f"[{o}]"] if other else []) + ([f"[{g}]+{tail}"] if glue else [])
+    alone = f"|{j}" if joint else ""
+    if not links:
+        return f"{lead}{block}?|{block}{alone}"
+    unit = f"(?:(?:{'|'.join(links)})+{block}?)"
+    return f"{lead}{block}?{unit}*|(?:{block}|{unit}){unit}*{alone}"
 
 
 def _cls(chars) -> str:
