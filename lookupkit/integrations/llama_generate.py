@@ -86,7 +86,9 @@ class Generation:
 
 
 class _Batch:
-    """A llama_batch for one sequence with numpy views of its token, position and logits-flag arrays."""
+    """A llama_batch with numpy views of its token, position and logits-flag arrays. `set` fills it with one
+    run of sequence SEQ (generate's loop); `clear` + `add` fill it with runs of several sequences (the
+    server verifies every slot's draft in one batch)."""
 
     def __init__(self, lib, capacity: int):
         self.lib, self.capacity = lib, capacity
@@ -95,17 +97,28 @@ class _Batch:
         self.pos = np.ctypeslib.as_array(self.b.pos, shape=(capacity,))
         self.logits = np.ctypeslib.as_array(self.b.logits, shape=(capacity,))
         np.ctypeslib.as_array(self.b.n_seq_id, shape=(capacity,))[:] = 1
-        for i in range(capacity):
-            self.b.seq_id[i][0] = SEQ
 
     def set(self, tokens, pos0: int, n_logits: int) -> None:
         """tokens at positions pos0.., logits on the last n_logits of them."""
-        n = len(tokens)
-        self.token[:n] = tokens
-        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
-        self.logits[:n - n_logits] = 0
-        self.logits[n - n_logits:n] = 1
-        self.b.n_tokens = n
+        self.clear()
+        self.add(tokens, pos0, n_logits)
+
+    def clear(self) -> None:
+        self.b.n_tokens = 0
+
+    def add(self, tokens, pos0: int, n_logits: int, seq: int = SEQ) -> int:
+        """Append tokens of sequence seq at positions pos0.., logits on the last n_logits of them; returns
+        the batch row of the first (llama_get_logits_ith's index)."""
+        i, n = self.b.n_tokens, len(tokens)
+        self.token[i:i + n] = tokens
+        self.pos[i:i + n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.logits[i:i + n - n_logits] = 0
+        self.logits[i + n - n_logits:i + n] = 1
+        seq_id = self.b.seq_id
+        for r in range(i, i + n):
+            seq_id[r][0] = seq
+        self.b.n_tokens = i + n
+        return i
 
     def free(self) -> None:
         if self.b is not None:
@@ -127,6 +140,7 @@ class _Model:
         self.n_ctx = int(llm.n_ctx())
         self.n_batch = int(llm.context_params.n_batch)
         self._row = ctypes.c_float * self.n_vocab
+        self._piece = ctypes.create_string_buffer(64)
 
     def decode(self, batch: _Batch) -> None:
         rc = self.lib.llama_decode(self.ctx, batch.b)
@@ -143,9 +157,18 @@ class _Model:
     def is_eog(self, token: int) -> bool:
         return bool(self.lib.llama_vocab_is_eog(self.vocab, token))
 
-    def forget_from(self, pos: int) -> None:
-        """Drop KV cells at positions >= pos (rejected drafts)."""
-        if not self.lib.llama_memory_seq_rm(self.mem, SEQ, pos, -1):
+    def piece(self, token: int) -> bytes:
+        """The token's text as llama.cpp writes it, special tokens as nothing (pieces concatenate to
+        llama-cpp-python's detokenize of the whole run)."""
+        n = self.lib.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        if n < 0:  # longer than the buffer: grow it once
+            self._piece = ctypes.create_string_buffer(-n)
+            n = self.lib.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        return self._piece.raw[:n]
+
+    def forget_from(self, pos: int, seq: int = SEQ) -> None:
+        """Drop sequence seq's KV cells at positions >= pos (rejected drafts; pos 0: the whole sequence)."""
+        if not self.lib.llama_memory_seq_rm(self.mem, seq, pos, -1):
             raise InputError(f"this model's KV cache cannot drop positions from {pos} on, which drafting needs")
 
     def clear(self) -> None:
@@ -153,13 +176,15 @@ class _Model:
         self.llm.n_tokens = 0  # Llama's own calls must not take our KV cache for its prompt cache
 
 
-def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, **llama_kwargs):
+def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, parallel: int = 1, **llama_kwargs):
     """A `llama_cpp.Llama` for generate(), with llama-server's context defaults: flash attention on (the
     server's "auto" picks it on CPU; llama-cpp-python's default turns it off) and a sliding-window KV cache
     of the window's size (swa_full=False; llama-cpp-python's default keeps n_ctx cells for those layers).
-    model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike.
-    The drafting kernels load in a background thread meanwhile (warmup.kernels(): the model's load hides
-    them; generate() waits for them before its first draft)."""
+    model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike;
+    parallel: sequences the context holds (llama-server's -np: n_seq_max, each of n_ctx / parallel cells,
+    kv_unified off as in llama-server; `Llama` itself always makes one sequence, so its context is made
+    first at a throwaway size and replaced). The drafting kernels load in a background thread meanwhile
+    (warmup.kernels(): the model's load hides them; generate() waits for them before its first draft)."""
     from .. import models
 
     warmup.kernels()
@@ -167,9 +192,37 @@ def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, **llama_
     check_gguf(path)  # a file that is not GGUF is refused in one line, before llama.cpp reads it
     model_vocab(path, wait=False)  # read meanwhile, for generate()'s check of a drafter's static cache
     lib = require("llama_cpp", "llama-cpp-python", "llama")
-    kwargs = {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "flash_attn": True,
-              "swa_full": False, "verbose": False, **llama_kwargs}
-    return lib.Llama(model_path=str(path), **kwargs)
+    kwargs = {"n_ctx": n_ctx if parallel == 1 else THROWAWAY_CTX, "n_threads": threads, "n_threads_batch": threads,
+              "flash_attn": True, "swa_full": False, "verbose": False, **llama_kwargs}
+    llm = lib.Llama(model_path=str(path), **kwargs)
+    if parallel > 1:
+        _replace_context(llm, n_ctx, parallel, llama_kwargs.get("n_batch", LLAMA_BATCH),
+                         llama_kwargs.get("n_ubatch", LLAMA_BATCH))
+    return llm
+
+
+THROWAWAY_CTX = 256  # the context Llama makes before open_model replaces it with a multi-sequence one
+LLAMA_BATCH = 512  # llama-cpp-python's n_batch and n_ubatch defaults
+
+
+def _replace_context(llm, n_ctx: int, parallel: int, n_batch: int, n_ubatch: int) -> None:
+    from llama_cpp import _internals
+
+    lib = require("llama_cpp", "llama-cpp-python", "llama")
+    params = lib.llama_context_default_params()
+    for name, _ in lib.llama_context_params._fields_:
+        setattr(params, name, getattr(llm.context_params, name))
+    params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx, parallel, False
+    params.n_batch = min(n_ctx, n_batch)
+    params.n_ubatch = min(params.n_batch, n_ubatch)
+    llm._ctx.close()  # freed before the new one is made: never two KV caches at once
+    try:
+        llm._ctx = _internals.LlamaContext(model=llm._model, params=params, verbose=False)
+    except ValueError:
+        llm.close()
+        raise InputError(f"llama.cpp cannot make a context of {n_ctx} tokens for {parallel} sequences "
+                         f"(lower -c or --parallel)") from None
+    llm.context_params = params  # (the model frees the new context before itself, as it did the old one)
 
 
 def generate(llm, prompt_tokens, max_tokens: int, *, drafter=None, n_draft: int = ENGINE_DRAFT, stop_at_eos: bool = True,
