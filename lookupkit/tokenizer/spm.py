@@ -29,13 +29,15 @@ segment is one tiktoken call: over its code points (numpy) each special's span b
 control character no token holds, which is a piece of its own and gets the special's id back.
 
 Why tiktoken and not a numba SPM of lookupkit's own: tiktoken's Rust merge loop is already the fast
-part, and this mapping reuses it unchanged (the numba engine, `spm_ties`, runs at 1.3 MB/s). Measured
-(`python -m lookupkit.bench.tokenize_corpora`, bench/RESULTS.md; CPU time on one core, Gemma 3): the
-first 25 MB of wiki541 at 18.8 MB/s, Python's standard library (4.7 MB, a special token every 21
-characters: each newline and indentation) at 19.6 MB/s, Markdown, HTML and Debian changelogs at
-16.7-20.2 MB/s, ids identical to llama.cpp's, which takes 53-280 s for the same 5-25 MB (0.02-0.09
-MB/s); tiktoken is 60-65 % of the time. Before (issue 21): 10.7 MB/s on prose and 0.74 MB/s on code,
-where llama.cpp's order of specials, replayed in Python, took 95 % of the time.
+part, and this mapping reuses it unchanged (the numba engine, `spm_ties`, runs at 1.3 MB/s).
+Measured (`python -m lookupkit.bench.tokenize_corpora --replay`, bench/RESULTS.md; CPU time on one
+core, another job busy on the second): Python's standard library (4.7 MB, a special token every 21
+characters: each newline and indentation) at 23.4-23.9 MB/s, Markdown, HTML and Debian changelogs
+(5 MB each) at 19.3-22.6 MB/s, the first 25 MB of wiki541 at 21.6-22.1 MB/s; ids identical to
+llama.cpp's, which took 47-98 s for each 5 MB and 54 s for the 25 MB; tiktoken is ~60 % of the time.
+Before (e39a3f0's tokenizer, same command): 0.7-0.8 MB/s on the code, 1.9-3.1 on markup and
+changelogs, 9.8-10.9 on prose, the partition replaying llama.cpp's order in Python (97 % of the time
+on code, cProfile) and tiktoken's encode_to_numpy, with no special token, scanning at every character.
 """
 
 from __future__ import annotations
