@@ -22,8 +22,9 @@ N_VOCAB = 50257  # the bundled GPT-2 vocabulary
 
 def write_llama_gguf(path: Path, *, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_head_kv: int = 2,
                      n_ff: int = 128, n_ctx: int = 2048, embd_scale: float = 0.2, seed: int = 0,
-                     vocab: Path = VOCAB) -> Path:
-    """A random-weight llama model (F32, tied output embedding) with `vocab`'s tokenizer.* metadata.
+                     vocab: Path = VOCAB, chat_template: str | None = None) -> Path:
+    """A random-weight llama model (F32, tied output embedding) with `vocab`'s tokenizer.* metadata (and
+    `chat_template` as its tokenizer.chat_template, if given).
 
     With the output tied to the embedding, greedy text repeats a token for a while, then moves on:
     drafts are accepted in runs and rejected at the switches, both of which the tests need."""
@@ -46,6 +47,8 @@ def write_llama_gguf(path: Path, *, n_layer: int = 2, n_embd: int = 64, n_head: 
         if key.startswith("tokenizer."):
             sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
             w.add_key_value(key, field.contents(), field.types[0], sub)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def rand(*shape, scale=None):
         return (rng.standard_normal(shape) * (scale or shape[-1] ** -0.5)).astype(np.float32)

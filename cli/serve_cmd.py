@@ -1,0 +1,162 @@
+"""`lookupkit serve`: an OpenAI-compatible server (and llama-server's /completion) that drafts with
+lookupkit, its caches opened once at start-up (lookupkit.serve.startup) and shared by every slot.
+
+Start-up prints what it opened and how long each part took, then `listening on http://HOST:PORT`
+(--port 0: a free port, printed). SIGTERM (or Ctrl-C) stops accepting connections, lets requests in
+flight finish for up to --shutdown-timeout seconds, aborts the rest and exits 0 (Ctrl-C: 130).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lookupkit.errors import InputError
+from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT
+from lookupkit.cli.common import guarded
+from lookupkit.cli.generate_cmd import PolicyName
+
+
+EXAMPLES = """Examples:
+
+\b
+  lookupkit serve -m gemma-3-270m                                   # http://127.0.0.1:8080/v1, drafting from the context
+  lookupkit serve -m gemma-3-270m -lcs gemma-wiki100.lkc --policy lookupkit --verify-cost gemma.curve.json
+  lookupkit serve -m model.gguf --parallel 4 -c 8192 --port 0       # 4 slots of 2048 tokens, any free port
+  lookupkit serve -m gemma-3-270m --draft 0                         # no drafting: the plain baseline
+
+Then point any OpenAI client at http://HOST:PORT/v1 (any api_key), or llama-server's clients at /completion.
+Needs pip install 'lookupkit[serve,llama]'.
+"""
+
+
+@guarded
+def serve_cmd(
+    model: str = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "
+                              "`lookupkit model --list` knows (e.g. gemma-3-270m)."),
+    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap or "
+                                       "llama.cpp legacy), mapped once and shared by every slot."),
+    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) every "
+                                       "request's drafting starts from."),
+    policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
+                                      "lookupkit: draft only what pays at --verify-cost."),
+    policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
+                                                "confidence tables (default: those shipped for this model, else "
+                                                "the bundled ones)."),
+    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each "
+                                              "drafted position relative to one decoding step, or the curve "
+                                              "`lookupkit calibrate` measured on this model (for --policy lookupkit)."),
+    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (0..{MAX_DRAFT}; "
+                                "0: no drafting, the plain baseline)."),
+    n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="Context size of all slots together (each gets "
+                              "-c / --parallel, as llama-server's -np)."),
+    threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
+    parallel: int = typer.Option(1, "-np", "--parallel", help="Slots: requests generated at once, their drafts "
+                                 "verified in one batch."),
+    queue: int = typer.Option(32, "--queue", help="Requests that may wait for a slot; one more is refused with "
+                              "503 and Retry-After."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8080, "--port", help="Port to listen on (0: any free port, printed)."),
+    shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", metavar="S", help="On SIGTERM, seconds "
+                                           "requests in flight may take to finish before they are aborted."),
+) -> None:
+    """Serve the model over HTTP (OpenAI /v1 API and llama-server's /completion), drafting with lookupkit."""
+    from lookupkit.integrations.engines import require
+
+    uvicorn = require("uvicorn", "uvicorn", "serve")
+    require("starlette", "starlette", "serve")
+    from lookupkit.serve.app import make_app
+    from lookupkit.serve.startup import open_server
+
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port must be between 0 and 65535, got {port}")
+    if shutdown_timeout < 0:
+        raise InputError(f"--shutdown-timeout must be 0 or more seconds, got {shutdown_timeout}")
+    t0 = time.perf_counter()
+    served = open_server(model, lcs=lcs, lcd=lcd, policy=policy.value, policy_table=policy_table,
+                         verify_cost=verify_cost, n_draft=n_draft, n_ctx=n_ctx, threads=threads, parallel=parallel,
+                         queue=queue)
+    try:
+        sock = _listen(host, port)
+        for what, seconds, detail in served.loaded:
+            typer.echo(f"  {what}: {_duration(seconds)}" + (f" ({detail})" if detail else ""))
+        how = "no drafting" if not n_draft else f"--draft {n_draft}, --policy {policy.value}"
+        typer.echo(f"lookupkit serve: {served.model_id}, {parallel} slot{'s' * (parallel > 1)} of {served.n_ctx_slot} "
+                   f"tokens, {how}; ready in {_duration(time.perf_counter() - t0)}")
+        address = sock.getsockname()
+        typer.echo(f"listening on http://{address[0]}:{address[1]} (OpenAI API at /v1; /completion, /health, "
+                   f"/metrics)")
+        sys.stdout.flush()
+        _log_to_stderr()
+        config = uvicorn.Config(make_app(served), log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=shutdown_timeout + FLUSH_S)
+        # uvicorn handles SIGTERM (stop accepting, wait, shut the app down) and then raises the signal again
+        # for the handler it found installed: with this one, that is a no-op and the command exits 0.
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        _server_class()(config, served.engine, shutdown_timeout).run(sockets=[sock])
+    finally:
+        served.llm.close()
+    typer.echo("lookupkit serve: stopped")
+
+
+FLUSH_S = 2.0  # after --shutdown-timeout, what uvicorn gives aborted streams to send their last event
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which on SIGTERM/SIGINT also aborts the engine's jobs after the deadline: their
+        clients get an error event and the end of the stream, not a cut connection."""
+
+        def __init__(self, config, engine, deadline: float):
+            super().__init__(config)
+            self._engine, self._deadline, self._timer = engine, deadline, None
+
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            if self._timer is None:
+                self._timer = threading.Timer(self._deadline, self._engine.close)
+                self._timer.daemon = True
+                self._timer.start()
+
+    return Server
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror} (give another --port; 0 picks a free "
+                         f"one)") from None
+    return sock
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _log_to_stderr() -> None:
+    """The engine's warnings (a damaged cache's drafts, an engine failure) as lines on stderr."""
+    logger = logging.getLogger("lookupkit.serve")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("lookupkit serve: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", epilog=EXAMPLES)(serve_cmd)

@@ -1,0 +1,328 @@
+"""The engine: one thread owns the llama.cpp context and serves every request through `--parallel` slots.
+
+Each slot is one llama.cpp sequence id with its own Drafter (over the one shared static cache). A step
+builds ONE batch: for every generating slot `[last token] + draft` with logits on exactly those rows,
+then prompt chunks of newly admitted requests in the room left (n_batch); one llama_decode; then each
+slot verifies its draft (sampling.verify), drops its rejected positions with llama_memory_seq_rm and
+hands its new tokens to its request. This is llama-server's continuous batching with `-np`: slots
+never wait for each other's prompts or drafts to be decoded separately.
+
+Only this thread ever calls llama_decode, from a warm-up decode at start on (so the first client does
+not pay for the weights' first pages): llama-cpp-python's OpenMP build runs a process's decodes from a
+second thread at ~75 % speed (Gemma 3 270M, 2 threads, 96 tokens, alternating main thread and another:
+80-87 vs 60-63 tok/s; one thread only, main or not: 72-75).
+
+HTTP handlers never touch llama.cpp: they `submit` a Job and read its events (Delta, then Done) from
+the callback they gave it, which is called in this thread (app.py turns it into an asyncio queue). A
+bounded queue of jobs waits behind the slots; `submit` refuses one more (Busy: 503 + Retry-After). A
+cancelled job (client gone) leaves its slot at the start of the next step, so within one verify step.
+
+Drafts are checked against n_vocab before they enter a batch: a cache damaged in a section the O(1)
+open does not check can draft any int32 (issue 22: 226 of 5,200 mutated suffix indexes did), and an id
+outside the vocabulary must never reach llama_decode. The bad tail of such a draft is dropped and
+counted (metrics: lookupkit_draft_refused_tokens_total), with one warning in the log.
+
+A slot's Drafter forgets each request when it ends (reset(learn=False)): every request drafts from the
+caches as loaded (-lcs, -lcd) plus its own context, so drafting does not depend on which slot served
+what before, and a long-running server's memory stays bounded. A memory of what the server served,
+shared by the slots and bounded, is issue 22's follow-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from ..integrations.llama_generate import _Batch, _Model
+from .sampling import Picker, Sampling, verify
+from .text import TextOut
+
+log = logging.getLogger("lookupkit.serve")
+
+
+class Busy(Exception):
+    """Every slot is busy and the queue is full, or the server is shutting down (503)."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass
+class Delta:
+    """New tokens of a request and the text that may be sent for them."""
+    tokens: list
+    text: str
+
+
+@dataclass
+class Done:
+    """The end of a request. reason: eos, word (a stop string), limit (max_tokens), ctx (the slot's
+    context is full), cancelled, shutdown or error (message says what failed)."""
+    reason: str
+    text: str = ""
+    stats: dict = field(default_factory=dict)
+    stopping_word: str = ""
+    message: str = ""
+
+
+@dataclass
+class Job:
+    """One request as the engine sees it; deliver(event) is called from the engine thread."""
+    prompt: np.ndarray
+    max_tokens: int
+    sampling: Sampling
+    deliver: object
+    stops: list = field(default_factory=list)
+    ignore_eos: bool = False
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Slot:
+    def __init__(self, seq: int, drafter):
+        self.seq, self.drafter, self.job = seq, drafter, None
+
+    def start(self, job: Job, piece) -> None:
+        self.job, self.fed, self.out, self.tok = job, 0, [], None
+        self.picker, self.text = Picker(job.sampling), TextOut(piece, job.stops)
+        self.t0, self.t1 = time.perf_counter(), None
+        self.calls = self.drafted = self.accepted = 0
+
+    def stats(self) -> dict:
+        now = time.perf_counter()
+        t1 = self.t1 or now
+        return {"slot": self.seq, "prompt_n": len(self.job.prompt), "prompt_s": t1 - self.t0, "predicted_n": len(self.out),
+                "predicted_s": now - t1, "calls": self.calls, "drafted": self.drafted, "accepted": self.accepted}
+
+
+class Engine:
+    """llm: a Llama made by open_model(..., parallel=N); make_drafter() -> a Drafter per slot (None: no
+    drafting); queue: jobs that may wait behind busy slots; metrics: a serve.metrics.Metrics."""
+
+    def __init__(self, llm, make_drafter, *, parallel: int, queue: int, n_draft: int, metrics, on_batch=None):
+        self.m = _Model(llm)
+        self.n_ctx_slot = int(self.m.lib.llama_n_ctx_seq(self.m.ctx))
+        self.n_draft = n_draft if make_drafter is not None else 0
+        if self.m.n_batch < parallel * (self.n_draft + 1):
+            raise InputError(f"n_batch {self.m.n_batch} cannot hold {parallel} slots' drafts of {self.n_draft} "
+                             f"(open the model with n_batch >= {parallel * (self.n_draft + 1)})")
+        self.slots = [_Slot(i, make_drafter() if make_drafter else None) for i in range(parallel)]
+        self.queue, self.metrics, self.on_batch = queue, metrics, on_batch
+        self.batch = _Batch(self.m.lib, self.m.n_batch)
+        self._cv = threading.Condition()
+        self._pending: deque[Job] = deque()
+        self._busy = 0
+        self._closing = False
+        self._warned = False
+        self._thread = threading.Thread(target=self._run, name="lookupkit-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._cv:
+            if self._closing:
+                raise Busy("the server is shutting down: send the request to another server")
+            if self._busy + len(self._pending) >= len(self.slots) + self.queue:
+                raise Busy(f"all {len(self.slots)} slots are busy and {self.queue} requests are queued: retry "
+                           f"later, or start the server with a larger --queue or --parallel")
+            self._pending.append(job)
+            self.metrics.gauge("queue_depth", len(self._pending))
+            self._cv.notify()
+
+    def cancel(self, job: Job) -> None:
+        """Stop a job (its client is gone): out of the queue now, out of its slot within one step."""
+        job.cancel()
+        with self._cv:
+            if job in self._pending:
+                self._pending.remove(job)
+                self.metrics.gauge("queue_depth", len(self._pending))
+                self.metrics.inc("requests_total", outcome="cancelled")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Refuse new jobs, abort the rest (Done "shutdown": their streams end with an error event) and stop
+        the thread, within one step; any thread may call it, more than once."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    @property
+    def serving(self) -> bool:
+        """Whether the engine takes jobs (not shutting down, its thread not stopped by a failure)."""
+        return not self._closing and (self._thread.is_alive() or self._thread.ident is None)
+
+    def _run(self) -> None:
+        try:
+            self.batch.set([0], 0, 1)  # the warm-up: token 0 at position 0 of sequence 0, then forgotten
+            self.m.decode(self.batch)
+            self.m.forget_from(0, 0)
+            while True:
+                with self._cv:
+                    while not self._closing and not self._pending and not self._busy:
+                        self._cv.wait()
+                    if self._closing:
+                        break
+                    for slot in self.slots:
+                        while slot.job is None and self._pending:
+                            job = self._pending.popleft()
+                            if not job.cancelled:
+                                slot.start(job, self.m.piece)
+                                self._busy += 1
+                    self.metrics.gauge("queue_depth", len(self._pending))
+                    self.metrics.gauge("slots_busy", self._busy)
+                self._step()
+        except Exception as exc:  # llama.cpp or a bug: every request is told, none hangs
+            log.exception("the engine stopped")
+            self._end_all("error", f"the engine stopped: {exc}")
+        finally:
+            self._end_all("shutdown", "the server is shutting down: retry on another server, or later")
+            self.batch.free()
+
+    def _step(self) -> None:
+        b, m = self.batch, self.m
+        b.clear()
+        work, fed = [], []
+        for slot in self.slots:
+            if slot.job is not None and slot.job.cancelled:
+                self._finish(slot, Done("cancelled"))
+            elif slot.job is not None and slot.tok is not None:
+                pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
+                draft = self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
+                work.append((slot, b.add([slot.tok, *draft], pos, 1 + len(draft), slot.seq), draft))
+        for slot in self.slots:
+            room = b.capacity - b.b.n_tokens
+            if slot.job is None or slot.tok is not None or room <= 0:
+                continue
+            if slot.fed == 0 and slot.drafter is not None:
+                slot.drafter.accept(slot.job.prompt)
+            chunk = slot.job.prompt[slot.fed:slot.fed + room]
+            last = slot.fed + len(chunk) == len(slot.job.prompt)
+            row = b.add(chunk, slot.fed, int(last), slot.seq)
+            slot.fed += len(chunk)
+            fed.append(slot)
+            if last:
+                work.append((slot, row + len(chunk) - 1, None))
+        if b.b.n_tokens == 0:
+            return
+        t = time.perf_counter()
+        try:
+            m.decode(b)
+        except InputError as exc:  # those slots' KV cells are in an unknown state: their requests fail, others go on
+            for slot in dict.fromkeys([x[0] for x in work] + fed):
+                self._finish(slot, Done("error", message=str(exc)))
+            return
+        self.metrics.inc("decode_calls_total")
+        self.metrics.inc("decode_seconds_total", by=time.perf_counter() - t)
+        for slot, row, draft in work:
+            if self.on_batch is not None:  # for checks, not speed: (seq, first position, tokens, their rows)
+                toks = [slot.tok, *draft] if draft is not None else [int(slot.job.prompt[-1])]
+                pos = len(slot.job.prompt) + len(slot.out) - 1
+                self.on_batch(slot.seq, pos, toks, np.stack([m.row(row + j) for j in range(len(toks))]))
+            if draft is None:
+                slot.t1 = time.perf_counter()
+                self._emit(slot, [slot.picker(m.row(row))], [], 0)
+                self.metrics.inc("prompt_tokens_total", by=len(slot.job.prompt))
+            else:
+                new = verify(slot.picker, lambda j: m.row(row + j), draft)
+                n_acc = len(new) - 1
+                if n_acc < len(draft):
+                    m.forget_from(len(slot.job.prompt) + len(slot.out) + n_acc, slot.seq)
+                slot.calls += 1
+                self.metrics.inc("verify_calls_total")
+                self._emit(slot, new, draft, n_acc)
+
+    def _draft(self, slot: _Slot, k: int) -> list:
+        if slot.drafter is None or k <= 0:
+            return []
+        draft = slot.drafter.draft(None, k)
+        bad = next((i for i, t in enumerate(draft) if not 0 <= t < self.m.n_vocab), None)
+        if bad is not None:
+            self.metrics.inc("draft_refused_tokens_total", by=len(draft) - bad)
+            if not self._warned:
+                self._warned = True
+                log.warning("a draft held token id %d, outside this model's vocabulary of %d: the cache is damaged "
+                            "(check it with lookupkit verify); such drafts are cut there", draft[bad], self.m.n_vocab)
+            draft = draft[:bad]
+        return draft
+
+    def _emit(self, slot: _Slot, new: list, draft: list, n_acc: int) -> None:
+        job, done, text, taken = slot.job, None, [], []
+        for tok in new:
+            slot.out.append(tok)
+            taken.append(tok)
+            if not job.ignore_eos and self.m.is_eog(tok):
+                done = Done("eos")
+            else:
+                text.append(slot.text.push((tok,)))
+                if slot.text.stopped_by is not None:
+                    done = Done("word", stopping_word=slot.text.stopped_by)
+            if done is None and len(slot.out) >= job.max_tokens:
+                done = Done("limit")
+            if done is None and len(job.prompt) + len(slot.out) >= self.n_ctx_slot:
+                done = Done("ctx")
+            if done is not None:
+                break
+        slot.tok = taken[-1]
+        if draft:
+            n_in = min(n_acc, len(taken))  # drafted tokens that are in the output
+            slot.drafted += len(draft)
+            slot.accepted += n_in
+            sources = slot.drafter.last_sources[:len(draft)]
+            for source, n in Counter(sources).items():
+                self.metrics.inc("drafted_tokens_total", by=n, source=source)
+            for source, n in Counter(sources[:n_in]).items():
+                self.metrics.inc("accepted_tokens_total", by=n, source=source)
+        self.metrics.inc("generated_tokens_total", by=len(taken))
+        self.metrics.tokens(len(taken))
+        if slot.drafter is not None:
+            slot.drafter.accept(taken)
+        self._deliver(job, Delta(taken, "".join(text)))
+        if done is not None:
+            self._finish(slot, done)
+
+    def _finish(self, slot: _Slot, done: Done) -> None:
+        job = slot.job
+        done.text = slot.text.finish() if done.reason not in ("cancelled", "error") else ""
+        done.stats = slot.stats()
+        self.m.forget_from(0, slot.seq)
+        if slot.drafter is not None:
+            slot.drafter.reset(learn=False)  # every request drafts from the caches as loaded: see the docstring
+        slot.job = None
+        with self._cv:
+            self._busy -= 1
+            self.metrics.gauge("slots_busy", self._busy)
+        self.metrics.inc("requests_total", outcome=done.reason)
+        self._deliver(job, done)
+
+    def _end_all(self, reason: str, message: str) -> None:
+        for slot in self.slots:
+            if slot.job is not None:
+                self._finish(slot, Done(reason, message=message))
+        with self._cv:
+            self._closing = True
+            pending, self._pending = list(self._pending), deque()
+        for job in pending:
+            self.metrics.inc("requests_total", outcome=reason)
+            self._deliver(job, Done(reason, message=message))
+
+    @staticmethod
+    def _deliver(job: Job, event) -> None:
+        try:
+            job.deliver(event)
+        except RuntimeError:  # the handler's event loop is gone (server stopping): nobody to tell
+            pass
