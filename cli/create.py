@@ -60,8 +60,8 @@ def create(
                                       ".npy; repeatable."),
     default_corpus: bool = typer.Option(False, "--default-corpus", help="Use this Python's standard-library "
                                         "sources as the corpus (no download)."),
-    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary: a GGUF file or a HF "
-                                         "tokenizer.json (default: the bundled gpt-2 vocabulary for text; for "
+    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary: a GGUF file, a HF "
+                                         "tokenizer.json or a model name `lookupkit model --list` knows (default: the bundled gpt-2 vocabulary for text; for "
                                          "--tokens alone, none is recorded)."),
     format: Optional[str] = typer.Option(None, "--format", metavar="FORMAT", help="lkc, lkc.zst, ggngcmap or llama."),
     max_bytes: Optional[str] = typer.Option(None, "--max-bytes", metavar="SIZE", help="Use only the first N bytes of text "

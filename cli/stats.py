@@ -77,8 +77,8 @@ class PolicyName(str, Enum):
 @guarded
 def stats(
     file: Optional[Path] = typer.Option(None, "-f", "--file", metavar="FILE", help="Text to replay, tokenized with -m."),
-    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary for -f: GGUF or HF "
-                                         "tokenizer.json (default: the bundled gpt-2, as lookup-create)."),
+    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="Vocabulary for -f: GGUF, HF "
+                                         "tokenizer.json or a known model name (default: the bundled gpt-2, as lookup-create)."),
     tokens: Optional[Path] = typer.Option(None, "--tokens", metavar="FILE", help="Token ids to replay (.i32 raw int32 "
                                           "or .npy)."),
     lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", metavar="FILE", help="Static cache (lkc, "

@@ -35,8 +35,8 @@ def tokenize(
     files: List[Path] = typer.Option([], "-f", "--file", metavar="FILE", help="Text corpus (.txt or .zst); repeatable."),
     datasets: List[str] = typer.Option([], "--dataset", metavar="SPEC", help="Hugging Face dataset or local path."),
     default_corpus: bool = typer.Option(False, "--default-corpus", help="Python's standard-library sources."),
-    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="GGUF vocabulary or "
-                                         "tokenizer.json (default: the bundled gpt-2)."),
+    model: Optional[Path] = typer.Option(None, "-m", "--model", metavar="VOCAB", help="GGUF vocabulary, "
+                                         "tokenizer.json or a model name `lookupkit model --list` knows (default: the bundled gpt-2)."),
     max_bytes: Optional[str] = typer.Option(None, "--max-bytes", metavar="SIZE", help="Only the first N bytes of text."),
     cut: Cut = typer.Option(Cut.line, "--cut", help="End --max-bytes at a line end (line) or exactly (byte)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Token cache directory."),

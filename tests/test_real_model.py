@@ -187,3 +187,20 @@ def test_generate_command_on_gemma_by_name(gemma_static, passage):
     assert r.exit_code == 0, r.output
     table = for_model("gemma-3-270m")
     assert table is None or f"lookupkit's policy ({table.name})" in r.stdout
+
+
+def test_vocabulary_options_take_the_models_name(gemma_path, tmp_path):
+    """`-m gemma-3-270m` names the model's GGUF wherever a vocabulary is asked for (issue 21's command)."""
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.main import app
+    from lookupkit.corpora.sources import read_token_file
+
+    text = tmp_path / "code.py.txt"
+    text.write_text("def f(x):\n    return x + 1\n\n\nclass A:\n\tpass\n", encoding="utf-8")
+    by_name, by_path = tmp_path / "name.i32", tmp_path / "path.i32"
+    for model, out in (("gemma-3-270m", by_name), (str(gemma_path), by_path)):
+        r = CliRunner().invoke(app, ["tokenize", "-f", str(text), "-m", model, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+    assert read_token_file(by_name).tolist() == read_token_file(by_path).tolist()
+    assert len(read_token_file(by_name)) > 5

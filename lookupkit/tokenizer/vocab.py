@@ -68,8 +68,14 @@ def load(path, strict: bool = True) -> Vocab:
     """A GGUF vocabulary (tokenizer.ggml.*) or a HF tokenizer.json (byte-level BPE), by content.
 
     An unsupported tokenizer model or pre-tokenizer raises UnsupportedVocab, or with strict=False
-    is returned with `unsupported` saying why (its facts still fingerprint it)."""
+    is returned with `unsupported` saying why (its facts still fingerprint it). A name that
+    `lookupkit model --list` knows (gemma-3-270m) and that is no file here is that model's GGUF."""
     p = Path(path)
+    if not p.exists():
+        from .. import models
+
+        if str(path) in models.MODELS:
+            p = models.path(str(path))
     with open_input(p, "vocabulary") as f:
         head = f.read(64)
     if head[:4] == GGUF_MAGIC:
