@@ -5,12 +5,14 @@
 
 For each held-out prompt (WikiText-103 test paragraphs from ../shared, the `wiki` and `copy` tasks of
 bench.generations) it runs `integrations.compare.compare` with --pairs pairs: the plain and drafted runs
-`lookupkit generate` makes, lookupkit's policy on the context (and --cache), the model's shipped table.
+`lookupkit generate` makes, drafting by --policy (lookupkit's, with the model's shipped table, or llama.cpp's
+rule) from the context (and --cache).
 Then, for k = 1, 3, 5, 7 pairs, every window of k consecutive pairs is judged on its spread as generate
 judges it: how far its median lies from the median of all pairs, and how often its answer differs from
 the answer all pairs give (load and prediction, the same for every window of a prompt, left out). The default --runs is the smallest k whose windows agree with all pairs.
 The machine's load (cores other processes used, from the sampler generate uses) is recorded per prompt.
-Results: bench/results/generate-verdict-<date>.json; --report adds a section to bench/RESULTS.md.
+Results: bench/results/generate-verdict-<date>.json (each invocation adds its run); --report writes
+the section of bench/RESULTS.md from all of them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from lookupkit.bench.generations import paragraphs, prompt_text
 from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.integrations.compare import RUNS
 
 WINDOWS = (1, 3, 5, 7)
 SECTION = "## `lookupkit generate`: how many pairs of runs a verdict needs (issue 21)"
@@ -83,7 +86,8 @@ def run(args) -> dict:
             for task in args.tasks.split(","):
                 ids = llm.tokenize(prompt_text(para, task).encode(), add_bos=True, special=True)
                 t0 = time.time()
-                c = compare(llm, ids, args.n, lambda: Drafter(static=static, policy="lookupkit", policy_table=table,
+                c = compare(llm, ids, args.n, lambda: Drafter(static=static, policy=args.policy,
+                                                              policy_table=table if args.policy == "lookupkit" else None,
                                                               verify_cost=cost if cost is not None else 0.1),
                             n_draft=args.draft, runs=args.pairs, cost=cost)
                 row = {"prompt": i, "task": task, "prompt_tokens": len(ids), "timed": c.timed,
@@ -99,10 +103,10 @@ def run(args) -> dict:
                       flush=True)
     finally:
         llm.close()
-    return {"bench": "generate-verdict", "date": date.today().isoformat(), "command": args.command,
+    return {"date": date.today().isoformat(), "command": args.command,
             "model": str(path), "table": table and str(table), "cache": args.cache and str(args.cache),
-            "curve": args.curve and str(args.curve), "n": args.n, "draft": args.draft, "threads": args.threads,
-            "pairs": args.pairs, "machine": machine(), "git": git_state(), "rows": rows,
+            "curve": args.curve and str(args.curve), "policy": args.policy, "n": args.n, "draft": args.draft, "threads": args.threads,
+            "pairs": args.pairs, "inputs": args.inputs, "machine": machine(), "git": git_state(), "rows": rows,
             "summary": summarise(rows)}
 
 
@@ -120,31 +124,39 @@ def summarise(rows: list) -> dict:
     return {"by_k": by_k, "enough": enough, "others_max": max((r["others"] for r in rows), default=None)}
 
 
-def report(doc: dict) -> str:
-    lines = [SECTION, "", f"`{doc['command']}` ({doc['date']}, {doc['machine']['cpu']}, {doc['threads']} threads, "
-             f"{doc['n']} tokens per run, --draft {doc['draft']}, lookupkit's policy, "
-             f"{'cache ' + Path(doc['cache']).name if doc['cache'] else 'context only'}; "
-             f"results/{doc.get('file', '')}).", "",
-             "| prompt | task | all pairs: median (min-max) | answer | others (cores) | " +
-             " | ".join(f"{k} pairs: max dev / differs" for k in WINDOWS) + " |",
-             "|---|---|---|---|---|" + "---|" * len(WINDOWS)]
-    for r in doc["rows"]:
-        cells = [f"{r['by_k'][str(k)]['max_dev']:.1%} / {r['by_k'][str(k)]['differs']:.0%}" if str(k) in r["by_k"] else "-"
-                 for k in WINDOWS]
-        lines.append(f"| {r['prompt']} | {r['task']} | {r['median']:.2f}x ({min(r['ratios']):.2f}-{max(r['ratios']):.2f}) "
-                     f"| {r['answer']} | {r['others']:.2f} | " + " | ".join(cells) + " |")
-    s = doc["summary"]
-    lines += ["", "Over all prompts: " + "; ".join(f"{k} pairs: medians within {v['max_dev']:.1%} of all pairs', "
-                                                    f"{v['differs']:.0%} of windows answer otherwise"
-                                                    for k, v in s["by_k"].items()) +
-              f". Smallest window that never answers otherwise: {s['enough'] or 'none'} "
-              f"(generate's default --runs is integrations.compare.RUNS).", ""]
+def report(docs: list) -> str:
+    """The RESULTS.md section: one table per run (configuration), then the summary over all their rows."""
+    lines = [SECTION, ""]
+    for doc in docs:
+        how = "lookupkit's policy" if doc.get("policy", "lookupkit") == "lookupkit" else "llama.cpp's rule"
+        lines += [f"`{doc['command']}` ({doc['date']}, {doc['machine']['cpu']}, {doc['threads']} threads, "
+                  f"{doc['n']} tokens per run, --draft {doc['draft']}, {how}, "
+                  f"{'cache ' + Path(doc['cache']).name if doc['cache'] else 'context only'}"
+                  f"{', prediction from ' + Path(doc['curve']).name if doc.get('curve') else ''}"
+                  f"{'; inputs made by ' + ' and '.join(f'`{c}`' for c in doc['inputs']) if doc.get('inputs') else ''}):", "",
+                  "| prompt | task | all pairs: median (min-max) | predicted | answer | others (cores) | " +
+                  " | ".join(f"{k} pair{'s' if k > 1 else ''}: max dev / differs" for k in WINDOWS) + " |",
+                  "|---|---|---|---|---|---|" + "---|" * len(WINDOWS)]
+        for r in doc["rows"]:
+            cells = [f"{r['by_k'][str(k)]['max_dev']:.1%} / {r['by_k'][str(k)]['differs']:.0%}" if str(k) in r["by_k"]
+                     else "-" for k in WINDOWS]
+            pred = f"{r['predicted']:.2f}x" if r.get("predicted") else "-"
+            lines.append(f"| {r['prompt']} | {r['task']} | {r['median']:.2f}x ({min(r['ratios']):.2f}-{max(r['ratios']):.2f}) "
+                         f"| {pred} | {r['answer']} | {r['others']:.2f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    s = summarise([r for doc in docs for r in doc["rows"]])
+    lines += ["max dev: the farthest a window's median lies from all pairs' median; differs: the share of windows "
+              "whose answer (from their spread) is not all pairs' answer. Over all rows: " +
+              "; ".join(f"{k} pair{'s' if k != '1' else ''}: medians within {v['max_dev']:.1%}, "
+                        f"{v['differs']:.0%} of windows answer otherwise" for k, v in s["by_k"].items()) +
+              f". The smallest window that never answers otherwise: {s['enough'] or 'none'} pairs; "
+              f"generate's default --runs is {RUNS} (integrations.compare.RUNS, whose docstring says why).", ""]
     return "\n".join(lines)
 
 
-def write_report(doc: dict, results_md: Path) -> None:
+def write_report(docs: list, results_md: Path) -> None:
     text = results_md.read_text(encoding="utf-8") if results_md.is_file() else "# Results\n"
-    section = report(doc)
+    section = report(docs)
     if SECTION in text:
         head, rest = text.split(SECTION, 1)
         tail = rest.split("\n## ", 1)
@@ -165,21 +177,26 @@ def main(argv=None) -> None:
     ap.add_argument("-n", type=int, default=256)
     ap.add_argument("--draft", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--policy", choices=("lookupkit", "llama.cpp"), default="lookupkit")
     ap.add_argument("--cache", type=Path)
     ap.add_argument("--curve", type=Path, help="a calibrate curve: the prediction beside each row")
-    ap.add_argument("--out", type=Path, help="results JSON (default: bench/results/generate-verdict-<date>.json)")
-    ap.add_argument("--report", action="store_true", help="write the section of bench/RESULTS.md")
+    ap.add_argument("--out", type=Path, help="results JSON (default: bench/results/generate-verdict-<date>.json); "
+                    "a run is added to the runs it already holds")
+    ap.add_argument("--inputs", action="append", default=[], help="a command that made --cache or --curve (recorded "
+                    "for the report; repeat for each)")
+    ap.add_argument("--report", action="store_true", help="write the section of bench/RESULTS.md from every run in --out")
     args = ap.parse_args(argv)
     args.command = "python -m lookupkit.bench.generate_verdict " + " ".join(argv if argv is not None else os.sys.argv[1:])
     if not args.text.is_file():
         raise SystemExit(f"error: {args.text} not found: give --text (WikiText-103 test paragraphs, ../shared/corpora)")
     doc = run(args)
     out = args.out or RESULTS / f"generate-verdict-{doc['date']}.json"
-    doc["file"] = out.name
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
+    runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.is_file() else []
+    runs.append(doc)
+    out.write_text(json.dumps({"bench": "generate-verdict", "runs": runs}, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out} ({len(runs)} runs)")
     if args.report:
-        write_report(doc, RESULTS.parent / "RESULTS.md")
+        write_report(runs, RESULTS.parent / "RESULTS.md")
 
 
 if __name__ == "__main__":

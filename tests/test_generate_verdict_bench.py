@@ -36,11 +36,12 @@ def test_summary_picks_the_smallest_window_that_never_answers_otherwise(tmp_path
     assert s["enough"] == 5
     doc = {"command": "python -m lookupkit.bench.generate_verdict", "date": "2026-12-03", "machine": {"cpu": "x"},
            "threads": 2, "n": 256, "draft": 16, "cache": None, "file": "f.json", "rows": rows, "summary": s}
-    text = report(doc)
-    assert text.startswith(SECTION) and "| 0 | wiki | 2.00x (1.90-2.10) | pays | 0.00 |" in text
+    text = report([doc, {**doc, "policy": "llama.cpp"}])
+    assert text.startswith(SECTION) and "| 0 | wiki | 2.00x (1.90-2.10) | - | pays | 0.00 |" in text
+    assert "lookupkit's policy" in text and "llama.cpp's rule" in text and "never answers otherwise: 5 pairs" in text
     md = tmp_path / "RESULTS.md"
     md.write_text("# Results\n\n## Earlier\n\nkept\n")
-    write_report(doc, md)
-    write_report(doc, md)  # replaces its own section, keeps the others
+    write_report([doc], md)
+    write_report([doc], md)  # replaces its own section, keeps the others
     out = md.read_text()
     assert out.count(SECTION) == 1 and "## Earlier\n\nkept" in out

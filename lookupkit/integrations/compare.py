@@ -31,7 +31,7 @@ from typing import Callable
 from ..errors import InputError
 
 PAYS, LOSES = 1.05, 0.95  # median speed-ups above / below which drafting "pays" / "does not pay"
-RUNS = 5  # pairs by default: see judge()'s docstring and bench/results/generate-verdict-*.json
+RUNS = 5  # pairs by default: see judge()'s docstring (bench/results/generate-verdict-2026-12-03.json)
 MAX_RUNS = 100
 BUSY_CORES = 0.25  # other processes using more than this many cores on average make the answer uncertain
 MIN_TIMED = 32  # fewer timed tokens per run than this are no measurement of a generation's speed
@@ -79,8 +79,12 @@ def judge(ratios: list, *, others: float, predicted: float | None, timed: int) -
     """The verdict on paired speed-ups `ratios` (drafted / plain tokens/s), `others` cores used by other
     processes meanwhile, the speed-up the verify cost `predicted` (None: no curve) and the tokens `timed`
     per run. The spread that counts is the middle half of the ratios (all of them below 4 pairs): one
-    outlier of five does not make an answer uncertain, two do. On this machine (quiet, Gemma 3 270M,
-    2 threads, 256 tokens) 5 pairs gave medians within a few per cent of 9 pairs' (bench/GENERATE.md)."""
+    outlier of five does not make an answer uncertain, two do. RUNS = 5, measured on this machine (quiet,
+    Gemma 3 270M, 2 threads, 256 tokens, about a minute per verdict; 15 prompt/drafter rows of 9 pairs,
+    the last 6 on prompts held out from the choice; python -m lookupkit.bench.generate_verdict,
+    bench/RESULTS.md): the medians of k consecutive pairs lay within 24.6 / 19.3 / 12.1 / 4.9 % of all
+    9 pairs' for k = 1 / 3 / 5 / 7, and answered otherwise in 14 / 2 / 1 / 0 % of windows; the one
+    5-pair window that did said "breaks even" where 9 pairs were uncertain between that and "pays"."""
     if not ratios:
         raise InputError("no paired runs to judge")
     s = sorted(ratios)
