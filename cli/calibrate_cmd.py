@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from lookupkit.files import check_writable
+from lookupkit.integrations.compare import BUSY_CORES
 from lookupkit.verify_cost import save_curve
 from lookupkit.rules import MAX_DRAFT
 from lookupkit.cli.common import guarded, print_json
@@ -64,8 +65,15 @@ def calibrate(
             typer.echo(f"{k:4d}  {c:6.3f}                   {lo:.3f}-{hi:.3f}")
     for line in falls(result["curve"], spread):
         typer.echo(line)
-    typer.echo(f"per drafted position: {result['per_position_cost']:.3f} (least-squares slope)"
-               + (f"\nwrote {out}" if out is not None else ""))
+    typer.echo(f"per drafted position: {result['per_position_cost']:.3f} (least-squares slope; the first drafted "
+               f"token alone costs {result['curve'][1] - 1:.3f})")
+    typer.echo(f"other processes used {result['others_cores']:.2f} cores meanwhile")
+    if result["others_cores"] > BUSY_CORES:
+        typer.echo(f"warning: other processes used {result['others_cores']:.2f} cores while this curve was measured: "
+                   "it is not this machine's quiet cost (measure again on a quiet machine; generate calls its "
+                   "verdict uncertain with such a curve)", err=True)
+    if out is not None:
+        typer.echo(f"wrote {out}")
 
 
 def falls(curve: dict, spread: dict) -> list[str]:

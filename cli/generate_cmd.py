@@ -195,7 +195,8 @@ def _print(r: dict) -> None:
     typer.echo(r["text"].rstrip())
     div = r["first_divergence"]
     typer.echo("--- the drafted runs' texts: " + ("identical to it ---" if div is None else
-               f"differ from generated token {div} on (batch shape changes a quantised model's arithmetic) ---"))
+               f"differ from generated token {div + 1} on, counting from 1 (batch shape changes a quantised "
+               "model's arithmetic) ---"))
     for name, s in (("plain", p), ("drafted", d)):
         t = s["tokens_per_s"]
         typer.echo(f"{name:8s} {t['median']:7.1f} tok/s median ({t['min']:.1f}-{t['max']:.1f} over {r['runs']} runs)")

@@ -91,7 +91,9 @@ def _explain(path: Path, exc: OSError) -> InputError:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return InputError(f"cannot write {path}: permission denied")
     if exc.errno == errno.ENOENT:
-        return InputError(f"cannot write {path}: directory {path.parent} does not exist")
+        if not path.parent.is_dir():
+            return InputError(f"cannot write {path}: directory {path.parent} does not exist")
+        return InputError(f"cannot write {path}: {path.parent} does not take new files ({exc.strerror or exc})")
     if exc.errno == errno.EISDIR:
         return InputError(f"cannot write {path}: it is a directory")
     return InputError(f"cannot write {path}: {exc.strerror or exc}")

@@ -27,12 +27,14 @@ REPORTED_COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the constant costs every re
 class VerifyCost:
     """A constant cost per drafted position, or a measured curve {k: cost of 1 + k / cost of 1}."""
 
-    def __init__(self, constant: float | None = None, curve: dict | None = None, source: str | None = None):
+    def __init__(self, constant: float | None = None, curve: dict | None = None, source: str | None = None,
+                 others_cores: float | None = None):
         if (constant is None) == (curve is None):
             raise InputError("a verify cost is either a constant or a calibration curve")
         if constant is not None and not (isinstance(constant, (int, float)) and 0 <= constant < math.inf):
             raise InputError(f"--verify-cost must be a finite number >= 0 or a calibration JSON file, got {constant!r}")
         self.constant, self.curve, self.source = constant, curve, source
+        self.others_cores = others_cores  # cores other processes used while a curve was measured (if recorded)
 
     @classmethod
     def parse(cls, text: str) -> "VerifyCost":
@@ -40,7 +42,10 @@ class VerifyCost:
         try:
             return cls(constant=float(text))
         except ValueError:
-            return cls(curve=load_curve(text)["curve"], source=str(text))
+            data = load_curve(text)
+            busy = data.get("others_cores")
+            return cls(curve=data["curve"], source=str(text),
+                       others_cores=float(busy) if isinstance(busy, (int, float)) else None)
 
     def call_costs(self, n_drafted: np.ndarray) -> np.ndarray:
         d = np.asarray(n_drafted, dtype=np.int64)

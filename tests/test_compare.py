@@ -113,6 +113,8 @@ def test_the_prediction_comes_from_the_drafted_runs_calls_and_a_disagreement_is_
     assert c.verdict.answer == "pays"
     c, _ = run(FakeEngine(plain_s=0.02, drafted_s=0.004), cost=VerifyCost(constant=0.1))  # measured 5x
     assert c.verdict.answer == "uncertain" and "predicts 2.14x" in c.verdict.text and "measured 5.00x" in c.verdict.text
+    c, _ = run(FakeEngine(plain_s=0.02, drafted_s=0.01), cost=VerifyCost(constant=0.1, others_cores=1.5))
+    assert c.verdict.answer == "uncertain" and "1.5 cores" in c.verdict.text
     c, _ = run(FakeEngine(), cost=VerifyCost(curve={0: 1.0, 1: 1.1, 2: 1.2}, source="c.json"))
     assert c.predicted is None and "calibrate with --max-k 4" in c.no_prediction
 
@@ -137,6 +139,11 @@ def test_judge_bands_and_each_reason_for_uncertainty():
     v = judge([2.0, 2.1, 2.2], others=0.0, predicted=2.1 * AGREE * 1.01, timed=256)
     assert v.answer == "uncertain" and "lookupkit calibrate" in v.text
     assert len(judge([1.0, 2.0], others=1.0, predicted=9.0, timed=3).reasons) == 4
+    # a prediction from a curve measured on a busy machine is a reason too (not without a prediction)
+    v = judge([2.0, 2.1, 2.2], others=0.0, predicted=2.1, timed=256, curve_others=BUSY_CORES + 0.1)
+    assert v.answer == "uncertain" and "calibrate again on a quiet machine" in v.text
+    assert judge([2.0, 2.1, 2.2], others=0.0, predicted=None, timed=256, curve_others=1.0).answer == "pays"
+    assert judge([2.0, 2.1, 2.2], others=0.0, predicted=2.1, timed=256, curve_others=BUSY_CORES).answer == "pays"
     with pytest.raises(InputError):
         judge([], **quiet)
 

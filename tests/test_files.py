@@ -38,3 +38,10 @@ def test_check_writable_leaves_nothing_behind_and_names_what_is_wrong(tmp_path):
         check_writable(tmp_path)
     with pytest.raises(InputError, match=f"directory {tmp_path / 'missing'} does not exist"):
         check_writable(tmp_path / "missing" / "out.json")
+
+
+def test_a_folder_that_exists_but_takes_no_files_is_not_called_missing(tmp_path, monkeypatch):
+    refuse(monkeypatch, errno.ENOENT)  # what /proc answers
+    with pytest.raises(InputError) as exc:
+        check_writable(tmp_path / "c.json")
+    assert f"{tmp_path} does not take new files" in str(exc.value) and "does not exist" not in str(exc.value)

@@ -260,7 +260,10 @@ def test_calibrate_measures_a_curve_that_round_trips_and_predicts_a_speedup(tiny
         paired = [a / b for a, b in zip(result["raw_s"][k], result["raw_s"][0])]
         lo, hi = result["spread"][k]
         assert min(paired) <= lo <= hi <= max(paired)
-    assert result["spread"][0] == (1.0, 1.0)
+    assert result["spread"][0] == (1.0, 1.0) and result["others_cores"] >= 0
+    for k in range(5):  # each point is the median of its paired ratios: inside its own spread
+        assert result["spread"][k][0] <= result["curve"][k] <= result["spread"][k][1]
+    assert VerifyCost.parse(str(tmp_path / "curve.json")).others_cores == pytest.approx(result["others_cores"])
 
     flat = VerifyCost(curve={k: 1.0 for k in range(5)})  # free verification: speed-up = tokens per call
     assert speedup([4, 0, 2], [4, 0, 1], flat) == pytest.approx(8 / 3)
@@ -288,6 +291,7 @@ def test_calibrate_command_prints_the_curve_and_writes_json(tiny_gguf, tmp_path)
                                  "--position", "32", "--threads", "1"])
     assert r.exit_code == 0, r.output
     assert "per drafted position" in r.output and f"wrote {out}" in r.output and "repeat spread" in r.output
+    assert "the first drafted token alone costs" in r.output and "cores meanwhile" in r.output
     assert re.search(r"^   1  +\d+\.\d{3} +\d+\.\d{3}-\d+\.\d{3}$", r.output, re.M), r.output
     assert sorted(json.loads(out.read_text())["curve"]) == ["0", "1", "2", "3"]
     bad = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path / "curve.json")])

@@ -5,8 +5,10 @@ tokens costs against 1 on *this* model (this module measures it). `calibrate` ti
 lookupkit's own generation loop (integrations.llama_generate): one llama_decode of 1 + k tokens with
 logits on exactly those rows, and the argmax of each row, at a realistic context position, dropping
 the batch from the KV cache before every repetition, interleaving the sizes so drift hits all alike,
-and keeps medians, with the middle half of each size's repetitions (each relative to the 1-token
-decode of its own sweep) as its repeat spread. llama.cpp decodes a single token with n_threads and a batch with n_threads_batch:
+and keeps, per size, the median of its repetitions each relative to the 1-token decode of the same
+sweep (pairing cancels drift; the ratio of two medians did not: on a busy machine it fell outside
+its own repetitions' spread), with their middle half as the repeat spread, and the cores other
+processes used meanwhile (a curve measured beside them is not this machine's cost: the CLI warns). llama.cpp decodes a single token with n_threads and a batch with n_threads_batch:
 `threads` sets both (llama-cpp-python's defaults give the batch twice the threads of one token, which
 would flatter drafts); the result records both. The curve is not linear: for a 262,144-token vocabulary
 the output layer is most of a small model's work per row, and llama.cpp's kernels favour some batch sizes.
@@ -39,6 +41,7 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
         raise InputError(f"position must be a whole number >= 1, got {position!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InputError(f"threads must be a whole number >= 1, got {threads!r}")
+    from .compare import CpuSampler
     from .llama_generate import _Batch as Batch, _Model as Model, open_model
 
     n_batch = max(512, max_k + 1)
@@ -56,6 +59,8 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
             m.decode(batch)
         sizes = list(range(max_k + 1))
         raw: dict[int, list[float]] = {k: [] for k in sizes}
+        sampler = CpuSampler()
+        sampler.start()
         for rep in range(reps + 1):  # the first sweep warms caches and is not kept
             for k in sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]:
                 m.forget_from(position)
@@ -67,16 +72,19 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
                 dt = time.perf_counter() - t0
                 if rep:
                     raw[k].append(dt)
+        others = sampler.stop()
     finally:
         batch.free()
         m.clear()
     med = {k: statistics.median(v) for k, v in raw.items()}
-    curve = {k: med[k] / med[0] for k in sizes}
-    spread = {k: quartiles([a / b for a, b in zip(raw[k], raw[0])]) for k in sizes}
+    paired = {k: [a / b for a, b in zip(raw[k], raw[0])] for k in sizes}
+    curve = {k: statistics.median(paired[k]) for k in sizes}
+    spread = {k: quartiles(paired[k]) for k in sizes}
     slope = float(np.polyfit(np.array(sizes, float), np.array([curve[k] for k in sizes]), 1)[0])
     result = {"format": FORMAT, "model": os.fspath(model_path), "n_ctx_pos": position,
               "threads": int(llm.context_params.n_threads), "threads_batch": int(llm.context_params.n_threads_batch),
               "reps": reps, "t1_s": med[0], "curve": curve, "spread": spread, "per_position_cost": slope,
+              "others_cores": others,
               "raw_s": {k: v for k, v in raw.items()}}
     llm.close()
     return result

@@ -75,10 +75,12 @@ def band(ratio: float) -> str:
     return "pays" if ratio >= PAYS else "does not pay" if ratio <= LOSES else "breaks even"
 
 
-def judge(ratios: list, *, others: float, predicted: float | None, timed: int) -> Verdict:
+def judge(ratios: list, *, others: float, predicted: float | None, timed: int,
+          curve_others: float | None = None) -> Verdict:
     """The verdict on paired speed-ups `ratios` (drafted / plain tokens/s), `others` cores used by other
     processes meanwhile, the speed-up the verify cost `predicted` (None: no curve) and the tokens `timed`
-    per run. The spread that counts is the middle half of the ratios (all of them below 4 pairs): one
+    per run; `curve_others`: the cores other processes used while the predicting curve was measured
+    (a curve measured on a busy machine predicts wrongly: it is a reason too). The spread that counts is the middle half of the ratios (all of them below 4 pairs): one
     outlier of five does not make an answer uncertain, two do. RUNS = 5, measured on this machine (quiet,
     Gemma 3 270M, 2 threads, 256 tokens, about a minute per verdict; 15 prompt/drafter rows of 9 pairs,
     the last 6 on prompts held out from the choice; python -m lookupkit.bench.generate_verdict,
@@ -102,6 +104,9 @@ def judge(ratios: list, *, others: float, predicted: float | None, timed: int) -
     if timed < MIN_TIMED:
         reasons.append(f"only {timed} tokens were timed per run: the plain run ended at EOS "
                        "(give --ignore-eos, or a prompt the model continues further)")
+    if predicted is not None and curve_others is not None and curve_others > BUSY_CORES:
+        reasons.append(f"the verify-cost curve was measured while other processes used {curve_others:.1f} cores "
+                       "(calibrate again on a quiet machine)")
     if predicted is not None and not 1 / AGREE <= med / predicted <= AGREE:
         reasons.append(f"the verify-cost curve predicts {predicted:.2f}x for these drafts, the runs measured "
                        f"{med:.2f}x (calibrate on this machine with these threads: lookupkit calibrate)")
@@ -191,5 +196,6 @@ def compare(llm, prompt, max_tokens: int, make_drafter: Callable, *, n_draft: in
             predicted = speedup(calls_d, calls_a, cost)
         except InputError as exc:
             no_prediction = str(exc)  # the curve does not reach the longest draft
-    verdict = judge(ratios(plain, drafted), others=others, predicted=predicted, timed=timed)
+    verdict = judge(ratios(plain, drafted), others=others, predicted=predicted, timed=timed,
+                    curve_others=getattr(cost, "others_cores", None))
     return Comparison(plain, drafted, order, timed, others, predicted, verdict, no_prediction)
