@@ -103,27 +103,27 @@ def check_writable(path: str | os.PathLike) -> Path:
     """Refuse, before any work, an output `path` that atomic_writer could not write: a directory, a missing
     or read-only folder, no permission (a temp file is made beside it and removed)."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    except OSError as exc:
-        raise _explain(path, exc) from None
+    fd, tmp = _temp_beside(path)
     os.close(fd)
     _remove(tmp)
     return path
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new temp file in path's folder (the one atomic_writer renames over path), or a one-line InputError."""
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory")
+    try:
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    except OSError as exc:
+        raise _explain(path, exc) from None
 
 
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """Yield a binary file; on clean exit it is fsynced and renamed to `path`, else removed."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    except OSError as exc:
-        raise _explain(path, exc) from None
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
