@@ -10,7 +10,6 @@ accepted, what the verify cost predicts, and a verdict that says "uncertain" whe
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -20,12 +19,8 @@ from lookupkit.errors import InputError
 from lookupkit.files import open_input
 from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft
 from lookupkit.cli.common import guarded, print_json, progress
+from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
 from lookupkit.integrations.compare import MAX_RUNS, RUNS
-
-
-class PolicyName(str, Enum):
-    llama = "llama.cpp"
-    lookupkit = "lookupkit"
 
 
 EXAMPLES = """Examples:
@@ -41,21 +36,14 @@ Needs llama-cpp-python (pip install 'lookupkit[llama]').
 
 @guarded
 def generate_cmd(
-    model: str = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "
-                              "`lookupkit model --list` knows (e.g. gemma-3-270m)."),
+    model: str = MODEL,
     lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap or "
                                        "llama.cpp legacy); without it drafts come from the text so far (and -lcd)."),
     lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) to "
                                        "start from (must exist)."),
-    policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
-                                      "lookupkit: draft only what pays at --verify-cost."),
-    policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
-                                                "confidence tables (default: those learnt on this model's own "
-                                                "generations if lookupkit ships them, else the bundled ones)."),
-    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each "
-                                              "drafted position relative to one decoding step, or the curve "
-                                              "`lookupkit calibrate -o` measured on this model: the policy drafts by "
-                                              "it, and the verdict sets the speed-up it predicts beside the measured one."),
+    policy: PolicyName = POLICY,
+    policy_table: Optional[Path] = POLICY_TABLE,
+    verify_cost: Optional[str] = VERIFY_COST,
     n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_DRAFT})."),
     n_predict: int = typer.Option(256, "-n", "--n-predict", help="Most tokens to generate in each run (every run "
                                   "generates as many as the first plain run did: it stops at EOS, unless --ignore-eos)."),

@@ -22,7 +22,7 @@ import typer
 from lookupkit.errors import InputError
 from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT
 from lookupkit.cli.common import guarded
-from lookupkit.cli.generate_cmd import PolicyName
+from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
 
 
 EXAMPLES = """Examples:
@@ -40,20 +40,14 @@ Needs pip install 'lookupkit[serve,llama]'.
 
 @guarded
 def serve_cmd(
-    model: str = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "
-                              "`lookupkit model --list` knows (e.g. gemma-3-270m)."),
+    model: str = MODEL,
     lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap or "
                                        "llama.cpp legacy), mapped once and shared by every slot."),
     lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) every "
                                        "request's drafting starts from."),
-    policy: PolicyName = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
-                                      "lookupkit: draft only what pays at --verify-cost."),
-    policy_table: Optional[Path] = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: "
-                                                "confidence tables (default: those shipped for this model, else "
-                                                "the bundled ones)."),
-    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each "
-                                              "drafted position relative to one decoding step, or the curve "
-                                              "`lookupkit calibrate` measured on this model (for --policy lookupkit)."),
+    policy: PolicyName = POLICY,
+    policy_table: Optional[Path] = POLICY_TABLE,
+    verify_cost: Optional[str] = VERIFY_COST,
     n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (0..{MAX_DRAFT}; "
                                 "0: no drafting, the plain baseline)."),
     n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="Context size of all slots together (each gets "

@@ -36,6 +36,7 @@ from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT, SOURCE_LEGEND
 from lookupkit.static import StaticCache
 from lookupkit.tokenizer import Tokenizer
 from lookupkit.cli.common import guarded, print_json, run
+from lookupkit.cli.model_options import PolicyName
 
 EXAMPLES = f"""Examples:
 
@@ -65,11 +66,6 @@ class Source(str, Enum):
 class Engine(str, Enum):
     fast = "fast"
     reference = "reference"
-
-
-class PolicyName(str, Enum):
-    llama = "llama.cpp"
-    lookupkit = "lookupkit"
 
 
 @app.command(help="Replay a text (or token ids) as lookup-stats does and report how well drafting works.",

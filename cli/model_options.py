@@ -1,0 +1,25 @@
+"""The options `generate` and `serve` share (a model to load, how to draft), and the one `--policy` enum
+lookup-stats uses too: written once, so the commands cannot drift apart."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import typer
+
+
+class PolicyName(str, Enum):
+    llama = "llama.cpp"
+    lookupkit = "lookupkit"
+
+
+MODEL = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "
+                     "`lookupkit model --list` knows (e.g. gemma-3-270m).")
+POLICY = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
+                      "lookupkit: draft only what pays at --verify-cost.")
+POLICY_TABLE = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: confidence tables "
+                            "(default: those learnt on this model's own generations if lookupkit ships them, else "
+                            "the bundled ones).")
+VERIFY_COST = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each drafted position "
+                           "relative to one decoding step, or the curve `lookupkit calibrate -o` measured on this "
+                           "model: the policy drafts by it.")
