@@ -38,7 +38,6 @@ from pathlib import Path
 from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
 from lookupkit.bench.startup import CHILD, EVAL, REPO, SHARED, child_env, copy_package, log_default, spawn, summary
 
-SMALL_CACHE = Path("/work/caches/gemma-wiki25.lkc")  # the default --cache: lookup-create -m gemma --max-bytes 25MB
 PROMPT_TEXT = SHARED / "corpora" / "wiki.test.raw"
 
 IMPORT = r'''
@@ -177,7 +176,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m lookupkit.bench.startup_compare")
     p.add_argument("--tree", type=Path, help="another checkout to measure beside this one (the before tree)")
     p.add_argument("--runs", type=int, default=7)
-    p.add_argument("--cache", type=Path, default=SMALL_CACHE, help="a small static cache of the model's vocabulary")
+    p.add_argument("--cache", type=Path, required=True, help="a small static cache of the model's vocabulary "
+                   "(lookup-create -m gemma-3-270m -f wiki541.txt.zst --max-bytes 25MB -lcs small.lkc)")
     p.add_argument("--tokens", type=Path, default=EVAL)
     p.add_argument("--no-model", action="store_true", help="leave out the model load → first draft rows")
     p.add_argument("--threads", type=int, default=2, help="the model's threads (2 = every core here: the load then "

@@ -66,28 +66,28 @@ def run_infini(ids: np.ndarray, held_out: np.ndarray, work: str, queries: int, w
     indexer, then time infgram_ntd (longest suffix + next-token distribution) in-process on contexts of
     64 held-out tokens (the ids that follow the indexed prefix in IDS.i32)."""
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work + "/index")
+    os.makedirs(os.path.join(work, "index"))
     dt = np.uint32 if width == "u32" else np.uint16
     if width == "u16":
         both = clamp16(np.concatenate([ids, held_out]))
         ids, held_out = both[:len(ids)], both[len(ids):]
     doc = np.concatenate([np.array([np.iinfo(dt).max], dt), ids.astype(dt)])
-    doc.tofile(work + "/index/tokenized.0")
-    np.array([0], np.uint64).tofile(work + "/index/offset.0")
-    os.makedirs(work + "/data")
+    doc.tofile(os.path.join(work, "index", "tokenized.0"))
+    np.array([0], np.uint64).tofile(os.path.join(work, "index", "offset.0"))
+    os.makedirs(os.path.join(work, "data"))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "infini_gram.indexing", "--data_dir", work + "/data",
-                           "--temp_dir", work + "/tmp", "--save_dir", work + "/index", "--token_dtype", width,
+    proc = subprocess.run([sys.executable, "-m", "infini_gram.indexing", "--data_dir", os.path.join(work, "data"),
+                           "--temp_dir", os.path.join(work, "tmp"), "--save_dir", os.path.join(work, "index"), "--token_dtype", width,
                            "--cpus", "2", "--mem", "2",
                            "--ulimit", str(resource.getrlimit(resource.RLIMIT_NOFILE)[1])], capture_output=True, text=True)
     secs = time.perf_counter() - t0
     if proc.returncode:
         return {"error": proc.stdout[-800:] + proc.stderr[-800:]}
-    size = os.path.getsize(work + "/index/table.0")
+    size = os.path.getsize(os.path.join(work, "index", "table.0"))
     from infini_gram.engine import InfiniGramEngine
 
     t1 = time.perf_counter()
-    eng = InfiniGramEngine(index_dir=work + "/index", eos_token_id=1,
+    eng = InfiniGramEngine(index_dir=os.path.join(work, "index"), eos_token_id=1,
                            vocab_size=2**18 if width == "u32" else 65535, token_dtype=width)
     t_open = time.perf_counter() - t1
     rng = np.random.default_rng(0)

@@ -14,7 +14,7 @@ repeated replays are warm); builds and fresh opens are child processes. Caches a
 their sidecar JSON says the same command made them from the same inputs (--rebuild: again); the results
 JSON is written after each corpus; --report renders bench/SUFFIX.md and its section of bench/RESULTS.md.
 
-The inputs are Gemma 3 ids in --data (default $LOOKUPKIT_BENCH_DATA, else /work/data), made once with
+The inputs are Gemma 3 ids in --data (default $LOOKUPKIT_BENCH_DATA, else the cache dir's bench/data), made once with
 (G = `lookupkit model gemma-3-270m`'s GGUF, S = ../shared/corpora):
 
     lookupkit tokenize -f S/wiki541.txt.zst -m G -o wiki541.i32      # and --max-bytes 25MB / 100MB:
@@ -45,7 +45,7 @@ from lookupkit.bench.measure import last_json, run_tree, script
 from lookupkit.bench.provenance import RESULTS, git_state, machine
 from lookupkit.files import default_root
 
-DATA = Path(os.environ.get("LOOKUPKIT_BENCH_DATA", "/work/data"))  # where the prepared ids are
+DATA = Path(os.environ.get("LOOKUPKIT_BENCH_DATA") or default_root() / "bench" / "data")  # where the prepared ids are
 PROSE = ("25MB=wiki25.i32", "100MB=wiki100.i32", "541MB=wiki541.i32")
 COSTS = (0.0, 0.1, 0.25, 0.5)  # the verify costs reported (each in lookupkit.verify_cost.REPORTED_COSTS)
 TIMED_COST = 0.25  # the cost the repeated (timed) replays draft for: the code task's target cost
