@@ -149,6 +149,42 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(tiny_gguf):
     served.llm.close()
 
 
+def test_a_queued_request_whose_client_leaves_is_told_and_counted(tiny_gguf):
+    """A job cancelled while it waits for a slot gets its Done (its handler waits for one), once."""
+    import numpy as np
+
+    from lookupkit.serve.engine import Done, Job
+    from lookupkit.serve.sampling import Sampling
+
+    served = open_server(tiny_gguf, n_draft=0, parallel=1, n_ctx=2048, threads=1, queue=4)
+    engine = served.engine
+    engine.start()
+    got = {"a": [], "b": []}
+
+    def job(name, n):
+        return Job(prompt=np.array([1, 2, 3], np.int32), max_tokens=n, sampling=Sampling(temperature=0.0),
+                   deliver=got[name].append, ignore_eos=True)
+
+    a, b = job("a", 1500), job("b", 4)
+    try:
+        engine.submit(a)
+        deadline = time.monotonic() + WAIT_S
+        while not got["a"] and time.monotonic() < deadline:  # a has the slot
+            time.sleep(0.01)
+        engine.submit(b)
+        engine.cancel(b)
+        assert [type(e) for e in got["b"]] == [Done] and got["b"][0].reason == "cancelled"
+        engine.cancel(a)
+        while not any(isinstance(e, Done) for e in got["a"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert isinstance(got["a"][-1], Done) and got["a"][-1].reason == "cancelled"
+        assert served.metrics.value("requests_total", outcome="cancelled") == 2
+        assert len(got["b"]) == 1
+    finally:
+        engine.close()
+        served.llm.close()
+
+
 def test_sigterm_finishes_or_aborts_in_flight_requests_and_exits_0(tiny_gguf):
     got = {}
 

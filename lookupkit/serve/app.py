@@ -39,7 +39,7 @@ from .sampling import Sampling
 
 log = logging.getLogger("lookupkit.serve")
 ROUTES = "POST /v1/completions, POST /v1/chat/completions, POST /completion, GET /v1/models, /health, /metrics"
-FAILED = {"error": 500, "shutdown": 503}  # a Done that is no answer, and the status it is given
+FAILED = {"error": 500, "shutdown": 503, "cancelled": 499}  # a Done that is no answer, and its status (499: the client left)
 
 
 class Submitted:

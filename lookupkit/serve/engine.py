@@ -143,10 +143,17 @@ class Engine:
         """Stop a job (its client is gone): out of the queue now, out of its slot within one step."""
         job.cancel()
         with self._cv:
-            if job in self._pending:
+            queued = job in self._pending
+            if queued:
                 self._pending.remove(job)
                 self.metrics.gauge("queue_depth", len(self._pending))
-                self.metrics.inc("requests_total", outcome="cancelled")
+        if queued:
+            self._cancelled(job)
+
+    def _cancelled(self, job: Job) -> None:
+        """A job cancelled before it had a slot: counted, and told (its handler waits for a Done)."""
+        self.metrics.inc("requests_total", outcome="cancelled")
+        self._deliver(job, Done("cancelled"))
 
     def close(self, timeout: float = 10.0) -> None:
         """Refuse new jobs, abort the rest (Done "shutdown": their streams end with an error event) and stop
@@ -177,14 +184,19 @@ class Engine:
                         self._cv.wait()
                     if self._closing:
                         break
+                    dropped = []
                     for slot in self.slots:
                         while slot.job is None and self._pending:
                             job = self._pending.popleft()
-                            if not job.cancelled:
+                            if job.cancelled:  # its client left while cancel() waited for the lock
+                                dropped.append(job)
+                            else:
                                 slot.start(job, self.m.piece)
                                 self._busy += 1
                     self.metrics.gauge("queue_depth", len(self._pending))
                     self.metrics.gauge("slots_busy", self._busy)
+                for job in dropped:
+                    self._cancelled(job)
                 self._step()
         except Exception as exc:  # llama.cpp or a bug: every request is told, none hangs
             log.exception("the engine stopped")
