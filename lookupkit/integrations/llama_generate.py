@@ -97,6 +97,9 @@ class _Batch:
         self.pos = np.ctypeslib.as_array(self.b.pos, shape=(capacity,))
         self.logits = np.ctypeslib.as_array(self.b.logits, shape=(capacity,))
         np.ctypeslib.as_array(self.b.n_seq_id, shape=(capacity,))[:] = 1
+        self._seqs = np.full(capacity, SEQ, np.int32)  # what each row's seq_id[r][0] holds: written when it changes
+        for r in range(capacity):
+            self.b.seq_id[r][0] = SEQ
 
     def set(self, tokens, pos0: int, n_logits: int) -> None:
         """tokens at positions pos0.., logits on the last n_logits of them."""
@@ -114,9 +117,12 @@ class _Batch:
         self.pos[i:i + n] = np.arange(pos0, pos0 + n, dtype=np.int32)
         self.logits[i:i + n - n_logits] = 0
         self.logits[i + n - n_logits:i + n] = 1
-        seq_id = self.b.seq_id
-        for r in range(i, i + n):
-            seq_id[r][0] = seq
+        stale = np.flatnonzero(self._seqs[i:i + n] != seq)
+        if len(stale):  # only rows that held another sequence: generate()'s one sequence writes none per step
+            seq_id = self.b.seq_id
+            for r in (stale + i).tolist():
+                seq_id[r][0] = seq
+            self._seqs[i:i + n] = seq
         self.b.n_tokens = i + n
         return i
 

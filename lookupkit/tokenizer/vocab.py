@@ -74,8 +74,7 @@ def load(path, strict: bool = True) -> Vocab:
     if not p.exists():
         from .. import models
 
-        if str(path) in models.MODELS:
-            p = models.path(str(path))
+        p = models.resolve(path) if str(path) in models.MODELS else p
     with open_input(p, "vocabulary") as f:
         head = f.read(64)
     if head[:4] == GGUF_MAGIC:
