@@ -295,12 +295,8 @@ def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_dr
         m.decode(batch)
         if on_batch is not None:
             on_batch(pos, np.asarray(seq, np.int32), _rows(m, len(seq)))
-        new = []
-        for j in range(len(seq)):
-            tok = int(np.argmax(m.row(j)))
-            new.append(tok)
-            if j == len(draft) or tok != draft[j]:
-                break
+        new = verify(greedy_pick, m.row, draft)
+        tok = new[-1]
         n_acc = len(new) - 1
         if n_acc < len(draft):
             m.forget_from(pos + 1 + n_acc)
@@ -321,6 +317,23 @@ def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_dr
     return Generation(tokens=out, prompt_len=len(prompt), stop=stop, t_prompt_s=t1 - t0, t_gen_s=t2 - t1,
                       drafted=np.asarray(drafted, np.int32), accepted=np.asarray(accepted, np.int32),
                       eog=next((i for i, t in enumerate(out) if m.is_eog(t)), None))
+
+
+def verify(pick, row, draft: list[int]) -> list[int]:
+    """The tokens one verify batch emits: pick(row(j)) for j = 0.. while it equals draft[j], and the
+    first that differs (or row len(draft)'s pick): the accepted drafted tokens plus one. Greedy here
+    (greedy_pick); the server's sampler picks by sampling, which keeps drafting exact (serve.sampling)."""
+    out = []
+    for j in range(len(draft) + 1):
+        tok = pick(row(j))
+        out.append(tok)
+        if j == len(draft) or tok != draft[j]:
+            break
+    return out
+
+
+def greedy_pick(logits: np.ndarray) -> int:
+    return int(np.argmax(logits))
 
 
 def _stop(m: _Model, out: list, n_prompt: int, max_tokens: int, stop_at_eos: bool) -> str | None:

@@ -3,7 +3,7 @@
 Each slot is one llama.cpp sequence id with its own Drafter (over the one shared static cache). A step
 builds ONE batch: for every generating slot `[last token] + draft` with logits on exactly those rows,
 then prompt chunks of newly admitted requests in the room left (n_batch); one llama_decode; then each
-slot verifies its draft (sampling.verify), drops its rejected positions with llama_memory_seq_rm and
+slot verifies its draft (llama_generate.verify with the request's sampler), drops its rejected positions with llama_memory_seq_rm and
 hands its new tokens to its request. This is llama-server's continuous batching with `-np`: slots
 never wait for each other's prompts or drafts to be decoded separately.
 
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
-from ..integrations.llama_generate import _Batch, _Model
-from .sampling import Picker, Sampling, verify
+from ..integrations.llama_generate import _Batch, _Model, verify
+from .sampling import Picker, Sampling
 from .text import TextOut
 
 log = logging.getLogger("lookupkit.serve")

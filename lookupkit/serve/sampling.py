@@ -1,5 +1,5 @@
-"""The next token from a logits row, and a draft verified with it so that drafting never changes what a
-request generates.
+"""The next token from a logits row (the picker that llama_generate.verify checks a draft with), so that
+drafting never changes what a request generates.
 
 Greedy (temperature <= 0) takes the argmax, as generate() does. Otherwise llama.cpp's sampler chain in
 its default order: top_k, top_p and min_p on the model's own distribution, then the temperature, then one
@@ -85,15 +85,3 @@ def _top_p(ids, vals, top_p: float):
         if cum[-1] >= top_p or m == len(vals):
             keep = best[:min(int(np.searchsorted(cum, top_p)) + 1, m)]
             return (keep if ids is None else ids[keep]), vals[keep]
-
-
-def verify(pick, row, draft: list[int]) -> list[int]:
-    """The tokens one verify batch emits: pick(row(j)) for j = 0.. while it equals draft[j], and the
-    first that differs (or row len(draft)'s pick): the accepted drafted tokens plus one."""
-    out = []
-    for j in range(len(draft) + 1):
-        tok = pick(row(j))
-        out.append(tok)
-        if j == len(draft) or tok != draft[j]:
-            break
-    return out
