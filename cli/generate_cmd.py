@@ -58,10 +58,11 @@ def generate_cmd(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bars."),
 ) -> None:
     """Generate greedily without and with drafting (the same loop, --runs pairs) and say whether drafting pays."""
-    from lookupkit import Drafter, models
+    from lookupkit import models
+    from lookupkit.integrations.engines import drafter_factory
     from lookupkit.integrations.compare import compare
     from lookupkit.static import StaticCache
-    from lookupkit.verify_cost import DEFAULT_COST, VerifyCost
+    from lookupkit.verify_cost import VerifyCost
 
     text = _prompt_text(prompt, file)
     _check_numbers(n_draft, n_predict, runs, MAX_RUNS, threads, n_ctx)
@@ -71,24 +72,14 @@ def generate_cmd(
 
     vocab = model_vocab(path)  # a file that is not GGUF is refused here, before anything loads
     static = StaticCache.open(lcs, expect_vocab=vocab) if lcs is not None else None
-    if policy_table is not None and policy is not PolicyName.lookupkit:
-        raise InputError("--policy-table is only used with --policy lookupkit")
-    if policy is PolicyName.lookupkit and policy_table is None:
-        from lookupkit.draft.confidence import for_model
-
-        policy_table = for_model(path)
     if lcd is not None:
         from lookupkit.formats import read_ngrams
 
         lcd_table = read_ngrams(lcd)  # read once; every drafted run starts from it afresh
     else:
         lcd_table = None
-
-    def make_drafter():
-        return Drafter(static=static, dynamic=lcd_table, policy=policy.value, policy_table=policy_table,
-                       verify_cost=cost if cost is not None else DEFAULT_COST)
-
-    make_drafter()  # refuses a bad table or cache before the model loads
+    make_drafter, policy_table = drafter_factory(path, static=static, dynamic=lcd_table, policy=policy.value,
+                                                 policy_table=policy_table, verify_cost=cost)
     llm = open_model(path, n_ctx=n_ctx, threads=threads, n_batch=max(512, n_draft + 1))
     try:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)

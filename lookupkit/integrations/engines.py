@@ -91,3 +91,28 @@ def vocab_identity(path) -> SimpleNamespace:
 
     v = load(path)
     return SimpleNamespace(name=v.pre if v.model == "gpt2" else "llama-spm", fingerprint=fingerprint(v))
+
+
+def drafter_factory(model_path, *, static=None, dynamic=None, policy: str = "llama.cpp", policy_table=None,
+                    verify_cost=None):
+    """(make_drafter, policy_table) for `generate` and `serve`: make_drafter() is a fresh Drafter over caches
+    opened once (a StaticCache, an NgramTable), by the model's shipped policy table unless one is given,
+    at verify_cost (a VerifyCost; None: the default constant). One is made now, so a bad table or curve is
+    refused before the model loads, and it is the first one handed out."""
+    from .. import Drafter
+    from ..verify_cost import DEFAULT_COST
+
+    if policy_table is not None and policy != "lookupkit":
+        raise InputError("--policy-table is only used with --policy lookupkit")
+    if policy == "lookupkit" and policy_table is None:
+        from ..draft.confidence import for_model
+
+        policy_table = for_model(model_path)
+    cost = DEFAULT_COST if verify_cost is None else verify_cost
+
+    def make():
+        return Drafter(static=static, dynamic=dynamic, policy=policy, policy_table=policy_table, verify_cost=cost)
+
+    spare = [make()]
+    return (lambda: spare.pop() if spare else make()), policy_table
+

@@ -31,9 +31,10 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
                 n_draft: int = 8, n_ctx: int = 4096, threads: int | None = None, parallel: int = 1, queue: int = 32,
                 on_batch=None) -> Served:
     """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline)."""
-    from .. import Drafter, models, warmup
+    from .. import models, warmup
+    from ..integrations.engines import drafter_factory
     from ..integrations.llama_generate import LLAMA_BATCH, model_vocab, open_model
-    from ..verify_cost import DEFAULT_COST, VerifyCost
+    from ..verify_cost import VerifyCost
     from .chat import ChatTemplate
     from .engine import Engine
     from .metrics import Metrics
@@ -60,18 +61,8 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
             from ..formats import read_ngrams
 
             dynamic = timed(f"dynamic cache {lcd}", lambda: read_ngrams(lcd), lambda t: f"{len(t.ngrams):,} n-grams")
-        if policy_table is not None and policy != "lookupkit":
-            raise InputError("--policy-table is only used with --policy lookupkit")
-        if policy == "lookupkit" and policy_table is None:
-            from ..draft.confidence import for_model
-
-            policy_table = for_model(path)
-        cost = VerifyCost.of(verify_cost) if verify_cost is not None else DEFAULT_COST
-
-        def make_drafter():
-            return Drafter(static=static, dynamic=dynamic, policy=policy, policy_table=policy_table, verify_cost=cost)
-
-        make_drafter()  # a bad table or curve is refused here, before the model loads
+        make_drafter, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=policy, policy_table=policy_table,
+                                          verify_cost=VerifyCost.of(verify_cost) if verify_cost is not None else None)
     elif lcs is not None or lcd is not None:
         raise InputError("--draft 0 serves without drafting: leave out -lcs/-lcd, or give --draft 1 or more")
     n_batch = max(LLAMA_BATCH, parallel * (n_draft + 1))  # prompt chunks of at least llama-cpp-python's default
