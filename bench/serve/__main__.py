@@ -1,0 +1,3 @@
+from lookupkit.bench.serve.run import main
+
+main()

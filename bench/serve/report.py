@@ -1,0 +1,207 @@
+"""The serving bench's table, targets and plot from its results JSON.
+
+    python -m lookupkit.bench.serve.report RESULTS.json [--md OUT.md] [--plot OUT.png]
+
+Without --md the markdown goes to stdout (bench/RESULTS.md quotes it); nothing is written beside the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from lookupkit.files import atomic_writer
+
+BASE, RIVAL, PLAIN = "server:none", "server:ngram-mod", "lk:plain"
+TARGET_RIVAL, TARGET_PLAIN, TARGET_READY_S, TARGET_PSS = 1.2, 0.05, 1.0, 1.1
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile, linear between order statistics (numpy's default)."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def row_stats(runs: list[dict]) -> dict:
+    speeds = [r["n_gen"] / r["wall_s"] for r in runs]
+    ttft = [r["ttft_s"] for r in runs if r["ttft_s"] is not None]
+    drafted = sum(r["drafted"] or 0 for r in runs)
+    accepted = sum(r["accepted"] or 0 for r in runs)
+    return {"requests": len(runs), "tok_per_s": sum(r["n_gen"] for r in runs) / sum(r["wall_s"] for r in runs),
+            "req_p50": pct(speeds, 0.5), "req_p95": pct(speeds, 0.95), "req_min": min(speeds), "req_max": max(speeds),
+            "ttft_p50": pct(ttft, 0.5), "ttft_p95": pct(ttft, 0.95), "drafted": drafted, "accepted": accepted}
+
+
+def task_table(task: dict) -> dict:
+    by_row = {}
+    for r in task["runs"]:
+        by_row.setdefault(r["row"], []).append(r)
+    stats = {row: row_stats(runs) for row, runs in by_row.items()}
+    for row, s in stats.items():
+        for ref in (BASE, RIVAL):
+            if ref in by_row:
+                pairs = {r["prompt"]: r["n_gen"] / r["wall_s"] for r in by_row[ref]}
+                s[f"vs {ref}"] = s["tok_per_s"] / stats[ref]["tok_per_s"]
+                s[f"paired vs {ref}"] = statistics.median(r["n_gen"] / r["wall_s"] / pairs[r["prompt"]]
+                                                          for r in by_row[row] if r["prompt"] in pairs)
+    return stats
+
+
+def targets(res: dict) -> list[tuple[str, bool | None, str]]:
+    """Each target of issue 22 as (what, met, the numbers). The best configuration is one lookupkit row for
+    every task: the one whose lowest ratio to ngram-mod over the tasks is highest."""
+    out = []
+    tables = {name: task_table(task) for name, task in res["tasks"].items()}
+    lk_rows = sorted({r for s in tables.values() for r in s if r.startswith("lk:")})
+
+    def ratio(name, row, ref):
+        return tables[name].get(row, {}).get(f"vs {ref}")
+
+    if lk_rows and all(RIVAL in s and BASE in s for s in tables.values()):
+        best = max(lk_rows, key=lambda r: min(ratio(n, r, RIVAL) or 0 for n in tables))
+        for name in tables:
+            r, b = ratio(name, best, RIVAL), ratio(name, best, BASE)
+            out.append((f"{name}: the best configuration ({best}) >= {TARGET_RIVAL}x ngram-mod",
+                        r is not None and r >= TARGET_RIVAL, f"{r:.2f}x (the task's best lookupkit row: "
+                        f"{max(lk_rows, key=lambda x: ratio(name, x, RIVAL) or 0)} "
+                        f"{max(ratio(name, x, RIVAL) or 0 for x in lk_rows):.2f}x)"))
+            out.append((f"{name}: the best configuration ({best}) not below llama-server none", b is not None and b >= 1.0,
+                        f"{b:.2f}x"))
+    for name in tables:
+        p = ratio(name, PLAIN, BASE)
+        out.append((f"{name}: lk:plain within 5 % of llama-server none", p is not None and abs(p - 1) <= TARGET_PLAIN,
+                    f"{p:.3f}x" if p else "missing"))
+    for name, levels in res.get("concurrency", {}).items():
+        at4 = {r["row"]: r["tok_per_s"] for r in levels if r["clients"] == 4}
+        if RIVAL in at4 and "lk:policy" in at4:
+            ratio = at4["lk:policy"] / at4[RIVAL]
+            out.append((f"{name}, 4 clients: lookupkit >= llama-server -np 4 ngram-mod", ratio >= 1.0, f"{ratio:.2f}x"))
+    st = res.get("startup")
+    if st:
+        ready = lambda row, cache: [r["t_ready_s"] for r in st["runs"] if r["row"] == row and r["cache"] == cache]  # noqa: E731
+        model, big = ready("lk:model", None), ready("lk:policy-static", "541MB")
+        if model and big:
+            extra = min(big) - min(model)
+            out.append(("start-up with the 541 MB cache within the model's load + 1 s", extra <= TARGET_READY_S,
+                        f"+{extra:.2f} s ({min(big):.2f} vs {min(model):.2f} s, best of each)"))
+        sh = st.get("sharing")
+        if sh and sh.get("ratio"):
+            out.append(("two processes hold one copy of the 541 MB cache (PSS <= 1.1x one)", sh["ratio"] <= TARGET_PSS,
+                        f"{sh['ratio']:.2f}x"))
+    return out
+
+
+def markdown(res: dict) -> str:
+    lines = [f"Command: `{res['command']}` — {res['date']}, git {str(res['git'].get('commit'))[:7]}"
+             f"{' (dirty)' if res['git'].get('dirty') else ''}, {res['machine']['cpu']}, {res['machine']['cores']} cores; "
+             f"{res['args']['n_new']} tokens per request, greedy, 2 threads.", ""]
+    for name, task in res["tasks"].items():
+        s = task_table(task)
+        loads = [r["load1"] for r in task["runs"]]
+        lines += [f"**{name}** ({s[next(iter(s))]['requests']} prompts; load average {min(loads):.2f}–{max(loads):.2f})", "",
+                  "| row | tok/s | vs none | vs ngram-mod | per request p50 / p95 (min–max) | TTFT p50 / p95 ms | accepted / drafted | ready s |",
+                  "|---|---:|---:|---:|---|---|---|---:|"]
+        for row, x in s.items():
+            acc = f"{x['accepted']:,} / {x['drafted']:,}" if x["drafted"] else "—"
+            lines.append(f"| {row} | {x['tok_per_s']:.1f} | {x.get('vs ' + BASE, float('nan')):.2f} | "
+                         f"{x.get('vs ' + RIVAL, float('nan')):.2f} | {x['req_p50']:.1f} / {x['req_p95']:.1f} "
+                         f"({x['req_min']:.1f}–{x['req_max']:.1f}) | {x['ttft_p50'] * 1e3:.0f} / {x['ttft_p95'] * 1e3:.0f} | "
+                         f"{acc} | {task['ready'][row]['t_ready_s']:.2f} |")
+        lines.append("")
+    if res.get("concurrency"):
+        lines += ["**Concurrent clients** (4 slots each, aggregate tok/s)", "", "| task | row | " +
+                  " | ".join(f"{c} client{'s' * (c > 1)}" for c in res["args"]["clients"]) + " |",
+                  "|---|---|" + "---:|" * len(res["args"]["clients"])]
+        for name, levels in res["concurrency"].items():
+            for row in dict.fromkeys(r["row"] for r in levels):
+                vals = {r["clients"]: r["tok_per_s"] for r in levels if r["row"] == row}
+                lines.append(f"| {name} | {row} | " + " | ".join(f"{vals.get(c, float('nan')):.1f}"
+                                                                 for c in res["args"]["clients"]) + " |")
+        lines.append("")
+    st = res.get("startup")
+    if st:
+        lines += ["**Start-up** (spawn to /health 200, warm page cache; min–max over runs; RSS at ready)", "",
+                  "| server | cache | ready s | RSS MiB |", "|---|---|---|---:|"]
+        keys = dict.fromkeys((r["row"], r["cache"]) for r in st["runs"])
+        for row, cache in keys:
+            rs = [r for r in st["runs"] if (r["row"], r["cache"]) == (row, cache)]
+            t = [r["t_ready_s"] for r in rs]
+            lines.append(f"| {row} | {cache or 'none'} | {min(t):.2f}–{max(t):.2f} | "
+                         f"{max(r.get('VmRSS', 0) for r in rs) / 2**20:,.0f} |")
+        sh = st.get("sharing")
+        if sh:
+            mib = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
+            lines += ["", f"541 MB cache mapped by `lookupkit serve` after {sh['requests']} requests: one process "
+                      f"Rss {mib(sh['alone']['rss'])} / Pss {mib(sh['alone']['pss'])} MiB; two processes Pss "
+                      f"{' + '.join(mib(m['pss']) for m in sh['two'])} = {mib(sh['pss_total_two'])} MiB "
+                      f"({sh['ratio']:.2f}x one)."]
+        lines.append("")
+    lines += ["**Targets**", ""] + [f"- {'met' if ok else 'NOT met'}: {what} — {detail}" for what, ok, detail in targets(res)]
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(res["tasks"])
+    fig, axes = plt.subplots(1, 2 if res.get("concurrency") else 1, figsize=(13, 4.5), squeeze=False)
+    ax = axes[0][0]
+    rows = list(dict.fromkeys(r["row"] for t in tasks for r in res["tasks"][t]["runs"]))
+    width = 0.8 / len(rows)
+    for j, row in enumerate(rows):
+        xs, ys, lo, hi = [], [], [], []
+        for i, t in enumerate(tasks):
+            s = task_table(res["tasks"][t]).get(row)
+            if s:
+                xs.append(i + j * width)
+                ys.append(s["tok_per_s"])
+                lo.append(s["tok_per_s"] - s["req_min"])
+                hi.append(s["req_max"] - s["tok_per_s"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=row,
+               hatch="//" if row.startswith("lk:") else None, edgecolor="black", linewidth=0.4)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(tasks))], tasks)
+    ax.set_ylabel("tokens/s through the client (whiskers: requests' min–max)")
+    ax.set_title("one client, servers started fresh per task")
+    ax.legend(fontsize=7, ncol=2)
+    if res.get("concurrency"):
+        ax = axes[0][1]
+        for name, levels in res["concurrency"].items():
+            for row in dict.fromkeys(r["row"] for r in levels):
+                pts = sorted((r["clients"], r["tok_per_s"]) for r in levels if r["row"] == row)
+                ax.plot(*zip(*pts), marker="o", label=f"{name} {row}", linestyle="-" if row.startswith("lk:") else "--")
+        ax.set_xlabel("concurrent clients (4 slots)")
+        ax.set_ylabel("aggregate tokens/s")
+        ax.set_xticks(res["args"]["clients"])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_writer(out) as f:
+        fig.savefig(f, format="png", dpi=110)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve.report", description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--plot", type=Path)
+    args = ap.parse_args(argv)
+    res = json.loads(args.results.read_text())
+    text = markdown(res)
+    if args.md:
+        with atomic_writer(args.md) as f:
+            f.write(text.encode())
+    else:
+        print(text, end="")
+    if args.plot:
+        plot(res, args.plot)
+
+
+if __name__ == "__main__":
+    main()

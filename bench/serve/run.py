@@ -1,0 +1,263 @@
+"""What the serving bench runs, in which order, and what it writes.
+
+Per task, every row's server is started fresh (all of them at once, so rows interleave): an untimed
+warm-up each (first allocations of a task-sized batch; arbitrary ids, not one of the task's prompts), then every prompt once
+on every row, the rows' order rotated prompt by prompt — the same requests in the same order through the
+same client (client.complete) on every server. A prompt is never repeated: llama-server's ngram-mod keeps
+its table across requests, so a repeat would not be an independent sample. Then at 1, 2 and 4 concurrent
+clients (--concurrency), fresh servers with 4 slots each, the same prompts per level. Then start-up:
+time to /health and RSS with each static cache (warm page cache), and the 541 MB cache's resident and
+proportional memory in one and in two `lookupkit serve` processes. The results JSON is rewritten after
+every part; the load average is recorded around every round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from lookupkit.errors import InputError, LookupkitError
+from lookupkit.files import atomic_writer
+from lookupkit.bench import llama_server
+from lookupkit.bench.models import bench_dir
+from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
+from lookupkit.bench.serve import client
+from lookupkit.bench.serve.servers import Server, llama_server_cmd, lookupkit_cmd
+from lookupkit.bench.serve.tasks import STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts
+
+CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"  # lookupkit calibrate, this model
+POLICY_DRAFT = 16  # the policy rows' --draft: the curve's largest k, as in the engines bench
+SLOTS = 4  # slots of the concurrency servers (-np), -c SLOTS x CTX_PER_SLOT
+CTX_PER_SLOT = 1024
+WARMUP_IDS = list(range(1000, 1320))  # the warm-up prompt: 320 arbitrary ids (a task-sized prompt batch,
+WARMUP_NEW = 32  # none of the tasks' text) and 32 tokens generated, not recorded
+
+
+def rows(curve: Path) -> list[dict]:
+    """The rows: name, kind, and the flags after the common ones ({lkc}/{lcs}: the task's static cache)."""
+    policy = ["--policy", "lookupkit", "--verify-cost", str(curve), "--draft", str(POLICY_DRAFT)]
+    return [
+        {"name": "server:none", "kind": "llama-server", "args": []},
+        {"name": "server:ngram-mod", "kind": "llama-server", "args": ["--spec-type", "ngram-mod"]},
+        {"name": "server:ngram-simple", "kind": "llama-server", "args": ["--spec-type", "ngram-simple"]},
+        {"name": "server:ngram-cache", "kind": "llama-server", "args": ["--spec-type", "ngram-cache", "-lcs", "{lcs}"]},
+        {"name": "lk:plain", "kind": "lookupkit", "args": ["--draft", "0"]},
+        {"name": "lk:policy", "kind": "lookupkit", "args": policy},
+        {"name": "lk:policy-static", "kind": "lookupkit", "args": [*policy, "-lcs", "{lkc}"]},
+    ]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.binary = llama_server.built() if args.quick else llama_server.build(jobs=args.threads)
+        if self.binary is None:
+            raise InputError("llama-server is not built: python -m lookupkit.bench.llama_server builds it")
+        self.logs = bench_dir() / "serve" / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def server(self, row: dict, task_cache: str | None, parallel: int = 1, ctx: int = 4096) -> Server:
+        a = self.args
+        sub = {"{lkc}": str(a.caches / f"{task_cache}.lkc"), "{lcs}": str(a.caches / f"{task_cache}.lcs")}
+        extra = [sub.get(x, x) for x in row["args"]]
+        if row["kind"] == "llama-server":
+            make = lambda port: llama_server_cmd(self.binary, a.model, port, a.threads, ctx, parallel, extra)  # noqa: E731
+        else:
+            make = lambda port: lookupkit_cmd(a.model, port, a.threads, ctx, parallel, extra)  # noqa: E731
+        return Server(make, self.logs / (row["name"].replace(":", "-") + ".log"), row["name"])
+
+    def start(self, servers: dict) -> dict:
+        ready = {}
+        for name, s in servers.items():
+            s.__enter__()
+            ready[name] = {"t_ready_s": s.t_ready_s, **s.memory_ready}
+            client.complete(s.port, self.warmup, WARMUP_NEW)
+            log(f"  {name}: ready in {s.t_ready_s:.2f} s, RSS {s.memory_ready.get('VmRSS', 0) / 2**20:.0f} MiB")
+        return ready
+
+    def task(self, task: str, ids: list[list[int]], table: list[dict]) -> dict:
+        """Every row once per prompt, rows rotated; fresh servers for this task."""
+        servers = {r["name"]: self.server(r, TASK_CACHE[task]) for r in table}
+        runs = []
+        try:
+            ready = self.start(servers)
+            for i, prompt in enumerate(ids):
+                load = os.getloadavg()[0]
+                shift = i % len(table)
+                for row in table[shift:] + table[:shift]:
+                    rec = client.complete(servers[row["name"]].port, prompt, self.args.n_new)
+                    rec.update(row=row["name"], task=task, prompt=i, n_prompt=len(prompt), load1=load)
+                    runs.append(rec)
+                mine = [r for r in runs if r["prompt"] == i]
+                log(f"{task} {i} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+                    f"{r['row']} {r['n_gen'] / r['wall_s']:.0f}" for r in mine) + " tok/s")
+            memory = {n: s.memory() for n, s in servers.items()}
+        finally:
+            for s in servers.values():
+                s.stop()
+        return {"ready": ready, "memory_after": memory, "runs": runs}
+
+    def concurrency(self, task: str, ids: list[list[int]], table: list[dict]) -> list[dict]:
+        """At each client count: fresh servers with SLOTS slots, the same prompts, rows alternating."""
+        out = []
+        for level, clients in enumerate(self.args.clients):
+            order = table if level % 2 == 0 else table[::-1]
+            for row in order:
+                with self.server(row, TASK_CACHE[task], SLOTS, SLOTS * CTX_PER_SLOT) as s:
+                    client.complete(s.port, self.warmup, WARMUP_NEW)
+                    load = os.getloadavg()[0]
+                    rec = client.concurrent(s.port, ids, self.args.n_new, clients)
+                rec.update(row=row["name"], task=task, load1=load, slots=SLOTS)
+                log(f"{task} {clients} clients: {row['name']} {rec['tok_per_s']:.1f} tok/s in all")
+                out.append(rec)
+        return out
+
+    def startup(self) -> dict:
+        """Time to ready and RSS, model alone and with each static cache, both servers (warm page cache)."""
+        a, out = self.args, []
+        lk = {"name": "lk:policy-static", "kind": "lookupkit",
+              "args": ["--policy", "lookupkit", "--verify-cost", str(a.curve), "-lcs", "{lkc}"]}
+        ls = {"name": "server:ngram-cache", "kind": "llama-server", "args": ["--spec-type", "ngram-cache", "-lcs", "{lcs}"]}
+        alone = [{"name": "lk:model", "kind": "lookupkit", "args": []},
+                 {"name": "server:model", "kind": "llama-server", "args": []}]
+        for label, cache in [(None, None), *STARTUP_CACHES.items()]:
+            if cache is not None and not (a.caches / f"{cache}.lkc").is_file():
+                log(f"start-up: {cache}.lkc missing, skipped")
+                continue
+            for ext in ((".lkc", ".lcs") if cache else ()):
+                warm_file(a.caches / f"{cache}{ext}")
+            for row in (alone if cache is None else [lk, ls]):
+                reps = a.startup_reps if row["kind"] == "lookupkit" or label in (None, "25MB") else 1
+                for rep in range(reps):
+                    with self.server(row, cache) as s:
+                        out.append({"row": row["name"], "cache": label, "rep": rep, "t_ready_s": s.t_ready_s,
+                                    **s.memory_ready})
+                    log(f"start-up {row['name']} {label or 'no cache'}: {s.t_ready_s:.2f} s, "
+                        f"RSS {s.memory_ready.get('VmRSS', 0) / 2**20:.0f} MiB")
+        return {"runs": out, "sharing": self.sharing()}
+
+    def sharing(self) -> dict | None:
+        """The 541 MB cache's Rss/Pss in one `lookupkit serve`, then in each of two serving the same prompts."""
+        a = self.args
+        cache = a.caches / f"{STARTUP_CACHES['541MB']}.lkc"
+        if not cache.is_file():
+            return None
+        row = {"name": "lk:policy-static", "kind": "lookupkit",
+               "args": ["--policy", "lookupkit", "--verify-cost", str(a.curve), "-lcs", "{lkc}"]}
+        ids = self.sharing_prompts
+        with self.server(row, STARTUP_CACHES["541MB"]) as first:
+            for p in ids:
+                client.complete(first.port, p, 64)
+            alone = first.file_memory(cache)
+            with self.server(row, STARTUP_CACHES["541MB"]) as second:
+                for p in ids:
+                    client.complete(second.port, p, 64)
+                both = [first.file_memory(cache), second.file_memory(cache)]
+        total = sum(m["pss"] for m in both)
+        log(f"541 MB cache: PSS alone {alone['pss'] / 2**20:.1f} MiB, two processes {total / 2**20:.1f} MiB in all")
+        return {"cache": str(cache), "requests": len(ids), "n_predict": 64, "alone": alone, "two": both,
+                "pss_total_two": total, "ratio": total / alone["pss"] if alone["pss"] else None}
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve", description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", default="gemma-3-270m", help="a GGUF path or a lookupkit.models name")
+    ap.add_argument("--caches", type=Path, help="folder with the static caches (.lkc and .lcs): "
+                    + "; ".join(f"{k}: {v}" for k, v in cache_commands().items()))
+    ap.add_argument("--code", type=Path, help="folder with the code task's eval.npz (python -m "
+                    "lookupkit.bench.suffix_code_task -m gemma-3-270m; default $LOOKUPKIT_CACHE_DIR/code-task/django-4.2-5.0)")
+    ap.add_argument("--curve", type=Path, default=CURVE, help="the policy's verify-cost curve (lookupkit calibrate)")
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--prompts", type=int, default=12, help="prompts per task (each sent once to every row)")
+    ap.add_argument("--n-new", type=int, default=256, help="tokens generated per request (EOS ignored)")
+    ap.add_argument("--clients", default="1,2,4", help="concurrent clients (servers with 4 slots)")
+    ap.add_argument("--concurrency-tasks", default="prose,copy")
+    ap.add_argument("--concurrency-prompts", type=int, default=8)
+    ap.add_argument("--startup-reps", type=int, default=2)
+    ap.add_argument("--parts", default="tasks,concurrency,startup")
+    ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 and 2 clients, no start-up part")
+    ap.add_argument("-o", "--output", type=Path)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts, args.n_new, args.clients, args.concurrency_prompts = 2, 32, "1,2", 2
+        args.parts = args.parts.replace(",startup", "")
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    args.concurrency_tasks = [t for t in args.concurrency_tasks.split(",") if t]
+    args.parts = [p for p in args.parts.split(",") if p]
+    args.clients = [int(c) for c in args.clients.split(",")]
+    if set(args.tasks + args.concurrency_tasks) - set(TASKS):
+        raise InputError(f"unknown task in --tasks/--concurrency-tasks (tasks: {', '.join(TASKS)})")
+    if args.caches is None or not args.caches.is_dir():
+        raise InputError("--caches DIR is required (the static caches): " + "; ".join(cache_commands().values()))
+    if not args.curve.is_file():
+        raise InputError(f"--curve {args.curve} not found: lookupkit calibrate -m MODEL -o CURVE.json measures one")
+    from lookupkit import models
+    from lookupkit.files import default_root
+
+    args.model = models.resolve(args.model)
+    args.code = args.code or default_root() / "code-task" / "django-4.2-5.0"
+    return args
+
+
+def main(argv=None) -> None:
+    try:
+        _main(parse_args(argv))
+    except LookupkitError as exc:
+        sys.exit(f"error: {exc}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted: the results written so far are kept")
+
+
+def _main(args) -> None:
+    from lookupkit.bench.engines import _vocab_tokenizer, versions
+
+    date = datetime.date.today().isoformat()
+    out = args.output or (bench_dir() / "serve-quick.json" if args.quick else RESULTS / f"serve-{date}-vm.json")
+    bench = Bench(args)
+    tokenize = _vocab_tokenizer(args.model)
+    bos = tokenize("")[0]
+    bench.warmup = [bos] + WARMUP_IDS
+    ids = {t: prompts(t, args.prompts, args.seed, tokenize, bos, args.code, args.n_new) for t in args.tasks}
+    conc_ids = {t: prompts(t, args.prompts + args.concurrency_prompts, args.seed, tokenize, bos, args.code,
+                           args.n_new)[args.prompts:] for t in args.concurrency_tasks}
+    bench.sharing_prompts = ids.get("prose", next(iter(ids.values()), []))[:4]
+    table = rows(args.curve)
+    result = {"kind": "serve", "date": date, "quick": args.quick, "complete": False, "git": git_state(),
+              "machine": machine(), "versions": versions(),
+              "command": " ".join(["python -m lookupkit.bench.serve", *sys.argv[1:]]),
+              "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "cache_commands": cache_commands(), "task_cache": TASK_CACHE, "policy_draft": POLICY_DRAFT,
+              "rows": table, "prompt_tokens": ids, "tasks": {}, "concurrency": {}, "startup": None}
+
+    def save():
+        result["loadavg_end"] = os.getloadavg()
+        with atomic_writer(out) as f:
+            f.write((json.dumps(result) + "\n").encode())
+
+    t0 = time.time()
+    if "tasks" in args.parts:
+        for task in args.tasks:
+            log(f"task {task}: {len(ids[task])} prompts x {args.n_new} tokens, {len(table)} rows")
+            result["tasks"][task] = bench.task(task, ids[task], table)
+            save()
+    if "concurrency" in args.parts:
+        conc = [r for r in table if r["name"] in ("server:ngram-mod", "lk:policy")]
+        for task in args.concurrency_tasks:
+            result["concurrency"][task] = bench.concurrency(task, conc_ids[task], conc)
+            save()
+    if "startup" in args.parts:
+        result["startup"] = bench.startup()
+    result.update(complete=True, wall_s=time.time() - t0)
+    save()
+    log(f"wrote {out}")

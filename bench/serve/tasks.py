@@ -1,0 +1,53 @@
+"""The serving bench's three tasks, their prompts (token ids) and the static cache each one drafts from.
+
+* prose: the first 250 words of a WikiText-103 *valid* paragraph (held out from the caches' train split and
+  from every policy table), as bench/generations.py makes them; static corpus: 25 MB of wiki541.txt.zst.
+* copy: the same paragraph, a blank line and its first 12 words again (copying pays).
+* code: BOS and the first 256 ids of a django 5.0 file that is new or changed since 4.2 (the odd-indexed
+  files of bench/suffix_code_task.py's eval.npz: the even ones tuned tables elsewhere); static corpus:
+  every .py file of django 4.2 (the earlier release).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from lookupkit.errors import InputError
+from lookupkit.bench.provenance import SHARED
+
+TASKS = ("prose", "copy", "code")
+VALID = SHARED / "corpora" / "wiki.valid.tokens"
+CODE_PROMPT_TOKENS = 256
+# the static cache each task drafts from (lookupkit .lkc, llama-server the same counts as .lcs), in --caches
+TASK_CACHE = {"prose": "gemma-wiki25", "copy": "gemma-wiki25", "code": "code-django42"}
+STARTUP_CACHES = {"25MB": "gemma-wiki25", "100MB": "gemma-wiki100", "541MB": "gemma-wiki541"}
+
+
+def cache_commands(code_dir: str = "CODE_DIR") -> dict:
+    """How each cache in --caches is made (the README and the results repeat these)."""
+    wiki = "../shared/corpora/wiki541.txt.zst"
+    out = {name: f"lookup-create -m gemma-3-270m -f {wiki}" + (f" --max-bytes {label}" if label != "541MB" else "")
+           + f" -lcs {name}.lkc" for label, name in STARTUP_CACHES.items()}
+    out["code-django42"] = f"lookup-create -m gemma-3-270m -f {code_dir}/corpus.txt -lcs code-django42.lkc"
+    out["*.lcs"] = "lookupkit convert NAME.lkc NAME.lcs"
+    return out
+
+
+def prompts(task: str, n: int, seed: int, tokenize, bos: int, code_dir: Path | None, n_new: int) -> list[list[int]]:
+    """n prompts of one task as token ids (BOS first), random.Random(seed)-chosen."""
+    if task in ("prose", "copy"):
+        from lookupkit.bench.generations import paragraphs, prompt_text
+
+        if not VALID.is_file():
+            raise InputError(f"{VALID} not found: prose and copy take their prompts from WikiText-103 valid (../shared)")
+        chosen = random.Random(seed).sample(paragraphs(VALID), n)
+        return [tokenize(prompt_text(p, "wiki" if task == "prose" else "copy")) for p in chosen]
+    if task == "code":
+        from lookupkit.bench.code_engines import select_prompts
+
+        if code_dir is None or not (code_dir / "eval.npz").is_file():
+            raise InputError("the code task needs --code DIR with eval.npz: python -m lookupkit.bench.suffix_code_task "
+                             "-m gemma-3-270m makes it (in $LOOKUPKIT_CACHE_DIR/code-task)")
+        return [[bos] + p["ids"] for p in select_prompts(code_dir / "eval.npz", n, seed, CODE_PROMPT_TOKENS, n_new)]
+    raise InputError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
