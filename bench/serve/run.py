@@ -31,16 +31,16 @@ from lookupkit.bench.serve.servers import Server, llama_server_cmd, lookupkit_cm
 from lookupkit.bench.serve.tasks import STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts
 
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"  # lookupkit calibrate, this model
-POLICY_DRAFT = 16  # the policy rows' --draft: the curve's largest k, as in the engines bench
+POLICY_DRAFT = 16  # the policy rows' default --draft: the curve's largest k, as in the engines bench
 SLOTS = 4  # slots of the concurrency servers (-np), -c SLOTS x CTX_PER_SLOT
 CTX_PER_SLOT = 1024
 WARMUP_IDS = list(range(1000, 1320))  # the warm-up prompt: 320 arbitrary ids (a task-sized prompt batch,
 WARMUP_NEW = 32  # none of the tasks' text) and 32 tokens generated, not recorded
 
 
-def rows(curve: Path) -> list[dict]:
+def rows(curve: Path, n_draft: int = POLICY_DRAFT) -> list[dict]:
     """The rows: name, kind, and the flags after the common ones ({lkc}/{lcs}: the task's static cache)."""
-    policy = ["--policy", "lookupkit", "--verify-cost", str(curve), "--draft", str(POLICY_DRAFT)]
+    policy = ["--policy", "lookupkit", "--verify-cost", str(curve), "--draft", str(n_draft)]
     return [
         {"name": "server:none", "kind": "llama-server", "args": []},
         {"name": "server:ngram-mod", "kind": "llama-server", "args": ["--spec-type", "ngram-mod"]},
@@ -184,7 +184,9 @@ def parse_args(argv=None):
     ap.add_argument("--concurrency-prompts", type=int, default=8)
     ap.add_argument("--startup-reps", type=int, default=2)
     ap.add_argument("--parts", default="tasks,concurrency,startup")
-    ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--seed", type=int, default=22, help="chooses the prompts (tune on another seed than the one you report)")
+    ap.add_argument("--policy-draft", type=int, default=POLICY_DRAFT, help="the policy rows' --draft")
+    ap.add_argument("--rows", help="only these rows (comma-separated names), e.g. server:ngram-mod,lk:policy")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 and 2 clients, no start-up part")
     ap.add_argument("-o", "--output", type=Path)
@@ -232,12 +234,18 @@ def _main(args) -> None:
     conc_ids = {t: prompts(t, args.prompts + args.concurrency_prompts, args.seed, tokenize, bos, args.code,
                            args.n_new)[args.prompts:] for t in args.concurrency_tasks}
     bench.sharing_prompts = ids.get("prose", next(iter(ids.values()), []))[:4]
-    table = rows(args.curve)
+    table = rows(args.curve, args.policy_draft)
+    if args.rows:
+        wanted = args.rows.split(",")
+        unknown = set(wanted) - {r["name"] for r in table}
+        if unknown:
+            raise InputError(f"unknown row {sorted(unknown)[0]!r} (rows: {', '.join(r['name'] for r in table)})")
+        table = [r for r in table if r["name"] in wanted]
     result = {"kind": "serve", "date": date, "quick": args.quick, "complete": False, "git": git_state(),
               "machine": machine(), "versions": versions(),
               "command": " ".join(["python -m lookupkit.bench.serve", *sys.argv[1:]]),
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "cache_commands": cache_commands(), "task_cache": TASK_CACHE, "policy_draft": POLICY_DRAFT,
+              "cache_commands": cache_commands(), "task_cache": TASK_CACHE, "policy_draft": args.policy_draft,
               "rows": table, "prompt_tokens": ids, "tasks": {}, "concurrency": {}, "startup": None}
 
     def save():
