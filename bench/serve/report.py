@@ -168,6 +168,7 @@ def plot(res: dict, out: Path) -> None:
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=row,
                hatch="//" if row.startswith("lk:") else None, edgecolor="black", linewidth=0.4)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(tasks))], tasks)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room for the legend above the whiskers
     ax.set_ylabel("tokens/s through the client (whiskers: requests' min–max)")
     ax.set_title("one client, servers started fresh per task")
     ax.legend(fontsize=7, ncol=2)
