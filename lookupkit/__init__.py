@@ -1,19 +1,19 @@
 """lookupkit: llama.cpp-exact prompt-lookup drafting from memory-mapped n-gram caches.
 
 The public face: `Tokenizer` (llama.cpp's ids from a GGUF vocabulary, no model), `StaticCache` (a
-static 2-gram cache opened in O(1)) and `Drafter` (llama.cpp's drafting rule over context, dynamic
-and static caches). Everything else lives in the subpackages: tokenizer, counts, static, draft,
+static 2-gram cache opened in O(1)), `Drafter` (llama.cpp's drafting rule over context, dynamic
+and static caches) and `History` (earlier sequences, drafted from by lookupkit's policy). Everything else lives in the subpackages: tokenizer, counts, static, draft,
 replay, formats, corpora, integrations, cli, bench.
 """
 
 from ._lazy import lazy_faces
 from ._version import __version__
 
-__all__ = ["Drafter", "StaticCache", "Tokenizer", "__version__"]
+__all__ = ["Drafter", "History", "StaticCache", "Tokenizer", "__version__"]
 
 # The faces are imported at first use: `import lookupkit` alone loads no numba, so a program pays for the
 # compiled kernels only when it drafts.
-__getattr__ = lazy_faces(__name__, {"Drafter": ".draft", "StaticCache": ".static", "Tokenizer": ".tokenizer"})
+__getattr__ = lazy_faces(__name__, {"Drafter": ".draft", "History": ".draft", "StaticCache": ".static", "Tokenizer": ".tokenizer"})
 
 
 def __dir__() -> list[str]:

@@ -42,16 +42,26 @@ MAX_CTX = 2**31 - 1
 # Source codes of drafted tokens (the .steps files' last column): 1..4 context n-gram of size n,
 # 5..8 dynamic of size code - 4, 9 the static 2-gram, 10 lookupkit's longest-match source, and for
 # lookupkit's policy 11 the static cache's suffix index (the longest match in its corpus) and the static
-# cache's higher orders n = 3..16 as 20 + n.
+# cache's higher orders n = 3..16 as 20 + n, and 12 the history (the longest match in earlier sequences:
+# draft.history).
 STATIC = 9
 LONGEST_MATCH = 10
 SUFFIX = 11
+HISTORY = 12
 MAX_STATIC_ORDER = 16
 SOURCE_NAMES = {1: "c1", 2: "c2", 3: "c3", 4: "c4", 5: "d1", 6: "d2", 7: "d3", 8: "d4", STATIC: "s2",
-                LONGEST_MATCH: "ng", SUFFIX: "sx", **{20 + n: f"s{n}" for n in range(3, MAX_STATIC_ORDER + 1)}}
+                LONGEST_MATCH: "ng", SUFFIX: "sx", HISTORY: "hx",
+                **{20 + n: f"s{n}" for n in range(3, MAX_STATIC_ORDER + 1)}}
 SOURCE_LEGEND = ("sources: c1..c4 = this sequence's (context) n-gram of 1..4 tokens, d1..d4 = the dynamic "
                  "cache's (earlier runs), s2..s16 = the static cache's n-gram, ng = longest earlier match, "
-                 "sx = longest match in the static cache's corpus (its suffix index)")
+                 "sx = longest match in the static cache's corpus (its suffix index), hx = longest match in earlier "
+                 "sequences (the history)")
+
+# The history (draft.history): tokens of earlier sequences kept by default, and the most a budget may be
+# (its index's int32 slots hold positions below 2^28). 2^20 tokens take ~68 MB (4 B of log + 64 B of index
+# per token: the index is sized for the budget at a load of at most 1/2, 7 match lengths per position).
+HISTORY_BUDGET = 1 << 20
+HISTORY_BUDGET_MAX = 1 << 27
 
 
 def context_code(n: int) -> int:

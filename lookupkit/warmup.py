@@ -88,7 +88,7 @@ def _warm(drafter_args: dict | None):
         drafter, probes = None, [Drafter(), Drafter(static=_tiny_static())]
     else:
         drafter = Drafter(**drafter_args)
-        probes = [Drafter(**{**drafter_args, "dynamic": None})]
+        probes = [Drafter(**{**drafter_args, "dynamic": None, "history": None})]
     for probe in probes:
         probe.draft(list(WARM_TOKENS), 4)
     return drafter

@@ -3,12 +3,13 @@
 rule_reference (llama.cpp's rule written plainly: the spec in code), rule (the same rule compiled with
 numba, checked draft for draft against the reference), policy / policy_reference (lookupkit's policy,
 compiled / plainly; confidence: its tables), static_source (what both compiled ones read of the static
-cache), drafter (`Drafter`, the public API over the compiled ones).
+cache), history (`History`: earlier sequences as a source, shared by drafters), drafter (`Drafter`, the
+public API over the compiled ones).
 """
 
 from .._lazy import lazy_faces
 
-__all__ = ["Drafter"]
+__all__ = ["Drafter", "History"]
 
 # Importing the package compiles or loads no kernel.
-__getattr__ = lazy_faces(__name__, {"Drafter": ".drafter"})
+__getattr__ = lazy_faces(__name__, {"Drafter": ".drafter", "History": ".history"})

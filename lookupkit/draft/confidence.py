@@ -33,8 +33,8 @@ from ..kernels import kernel
 from ..rules import SOURCE_NAMES
 from .static_source import grow_memo, new_memo, static_arrays
 from ..static.high_orders import no_high
-from .policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_SUFFIX, TOTAL_BINS, candidates, choose,
-                     make_policy, own_state, source_code)
+from .policy import (AGREE_MAX, N_CANDIDATES, N_SOURCES, P_BINS, SHARE_BINS, SRC_SUFFIX, TOTAL_BINS, candidates,
+                     choose, make_policy, own_state, source_code)
 from .suffix_source import reset as reset_suffix, suffix_arrays
 
 FORMAT = "lookupkit-policy-2"
@@ -54,9 +54,9 @@ def _observe_chunk(truth, first, ctx, dyn, st, memo, pol, dummy, hits, trials, s
             fc.count_position(ctx, truth, i)
             index_position(pol.index, truth, i)
             continue
-        candidates(truth, i, dummy, 0, 0, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, 1, cand)
+        candidates(truth, i, dummy, 0, 0, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, pol.history, 1, cand)
         if stage == 0:
-            for src in range(N_SOURCES):
+            for src in range(trials.shape[0]):
                 tok = cand[src, 0]
                 if tok >= 0:
                     trials[src, cand[src, 1], cand[src, 2]] += 1
@@ -70,9 +70,10 @@ def _observe_chunk(truth, first, ctx, dyn, st, memo, pol, dummy, hits, trials, s
         index_position(pol.index, truth, i)
 
 
-def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage) -> tuple[np.ndarray, np.ndarray]:
+def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage, history=None) -> tuple[np.ndarray, np.ndarray]:
     """Counts over `chunks` ((ids, first position counted) pairs, each a fresh context after the ones before
-    were merged into the dynamic cache, as lookup-stats and a serving engine do)."""
+    were merged into the dynamic cache, as lookup-stats and a serving engine do; and learnt into `history`,
+    a draft.history.History whose view pol drafts from, if one is given)."""
     st = static_arrays(static)
     ctx = fc.FlatCache(4 * n_ctx, 4 * n_ctx, fc.LAX)
     dyn = fc.FlatCache.from_table(dynamic, 8 * n_ctx, 8 * n_ctx, fc.STRICT)
@@ -85,6 +86,8 @@ def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage) -> tuple[n
         ctx.reserve(4 * len(ids), 4 * len(ids))
         _observe_chunk(ids, first, ctx.c, dyn.c, st, memo, pol, dummy, hits, trials, stage)
         dyn.merge(ctx)
+        if history is not None:
+            history.learn(ids)
         ctx.clear()
         clear_index(pol.index)
         reset_suffix(pol.suffix)
@@ -132,19 +135,21 @@ def generation_halves(sequences, prompt_lens) -> tuple[list, list, int]:
     return chunks[:half], chunks[half:], max(len(s) for s, _ in chunks)
 
 
-def _policy(table, static):
+def _policy(table, static, history=None):
     """A policy of one drafted token with `table` (its suffix source as make_policy gates it)."""
     high = static.high if static is not None else no_high()
     return make_policy((table, np.zeros((P_BINS, AGREE_MAX + 1))), lambda k: 1.0, 1, high,
-                       getattr(static, "suffix", None))
+                       getattr(static, "suffix", None), history.view() if history is not None else None)
 
 
-def learn_sources(first, n_ctx, static, dynamic, prior: float = PRIOR) -> np.ndarray:
+def learn_sources(first, n_ctx, static, dynamic, prior: float = PRIOR, history=None) -> np.ndarray:
     """Stage 1: each source's table, from every position of the chunks (the suffix source's whatever the
-    table: its rows are what is learnt)."""
-    pol = _policy(np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), static)
+    table: its rows are what is learnt). history: a draft.history.History the chunks are learnt into one
+    after another; the table then has the history's row too (N_CANDIDATES rows: a study, not a table file)."""
+    pol = _policy(np.zeros((N_CANDIDATES, SHARE_BINS, TOTAL_BINS)), static, history)
     pol = pol._replace(suffix=suffix_arrays(getattr(static, "suffix", None), 1))
-    hits, trials = _replay_counts(first, n_ctx, static, dynamic, pol, pol.table.shape, 0)
+    shape = (N_CANDIDATES if history is not None else N_SOURCES, SHARE_BINS, TOTAL_BINS)
+    hits, trials = _replay_counts(first, n_ctx, static, dynamic, pol, shape, 0, history)
     return _shrunk(hits, trials, prior)
 
 

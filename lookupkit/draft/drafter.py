@@ -9,6 +9,9 @@ policy="lookupkit", with lookupkit's policy (draft.policy: it drafts only what p
     draft = drafter.draft(tokens, n_draft=8)   # tokens: the whole sequence so far
     ... verify the draft with the model, append the accepted tokens + the sampled one to `tokens` ...
     drafter.reset(tokens)                      # end of the sequence: learn it into the dynamic cache
+
+With policy="lookupkit", `history=History(...)` (draft.history) adds what earlier sequences said: one History
+may be shared by many Drafters, and each learns its sequences into it at reset.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .confidence import load as load_table
 from ..verify_cost import DEFAULT_COST
 from .policy import check_policy, make_policy, policy_draft
 from .suffix_source import reset as reset_suffix
+from .history import History
 
 
 class Drafter:
@@ -42,14 +46,15 @@ class Drafter:
     tokens you will pass; a static cache built for another vocabulary is refused (VocabMismatchError).
     policy: "llama.cpp" (the default, exact) or "lookupkit"; for the latter, verify_cost (a number C per
     drafted token, or a `lookupkit calibrate` curve file) and policy_table (a confidence table file,
-    default: the bundled one; a static cache's suffix index is drafted from when the table has learnt it).
-    Thread safety: the static cache may be shared by any number of
+    default: the bundled one; a static cache's suffix index is drafted from when the table has learnt it),
+    and history (a draft.history.History to draft from and to learn each sequence into at reset, or None).
+    Thread safety: the static cache and a History may be shared by any number of
     Drafters in any threads; one Drafter follows one sequence, from one thread at a time.
     """
 
     def __init__(self, static=None, dynamic=None, *, expect_vocab: str | None = None,
                  thresholds: Thresholds | None = None, policy: str = "llama.cpp", verify_cost=DEFAULT_COST,
-                 policy_table=None):
+                 policy_table=None, history: History | None = None):
         if isinstance(static, (str, os.PathLike)):
             static = StaticCache.open(static, expect_vocab=expect_vocab)
         elif static is not None and hasattr(static, "check_vocab"):
@@ -64,10 +69,18 @@ class Drafter:
         self._memo = new_memo(1 << 12)
         self.policy = check_policy(policy)
         self._pol = None
+        if history is not None:
+            if not isinstance(history, History):
+                raise InputError(f"history must be a lookupkit History, got {type(history).__name__}")
+            if self.policy != "lookupkit":
+                raise InputError("a history is drafted from by policy='lookupkit' only (llama.cpp's rule has no such "
+                                 "source)")
+            history.check_vocab(expect_vocab)
+        self.history = history
         if self.policy == "lookupkit":
             cost = VerifyCost.of(verify_cost)
             self._pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None),
-                                    getattr(static, "suffix", None))
+                                    getattr(static, "suffix", None), history.view() if history is not None else None)
             self._buf = (np.zeros(MAX_DRAFT, np.int32), np.zeros(MAX_DRAFT, np.int8))
         self._dyn = FlatCache.from_table(dynamic, thresholds=self.thresholds.dynamic)
         self._ctx = FlatCache(1024, 1024, self.thresholds.context)
@@ -111,15 +124,21 @@ class Drafter:
             out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
         else:
             drafted, sources = self._buf
-            k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo, self._pol,
-                             drafted, sources, 0)
+            if self.history is None:
+                k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo,
+                                 self._pol, drafted, sources, 0)
+            else:
+                with self.history.lock:  # its log and index change only under the lock
+                    k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo,
+                                     self._pol, drafted, sources, 0)
             out, codes = drafted[:k].copy(), sources[:k]
         self._memo = grow_memo(self._memo)
         self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
         return out.tolist()
 
     def reset(self, tokens=None, learn: bool = True) -> None:
-        """End the sequence: merge its context cache into the dynamic one (unless learn=False), then clear it.
+        """End the sequence: merge its context cache into the dynamic one and learn it into the history, if
+        there is one (unless learn=False), then clear it.
 
         `tokens`, if given, is the final sequence: what it adds to the sequence seen so far is counted first.
         """
@@ -127,6 +146,8 @@ class Drafter:
             self._sync(token_ids(tokens, "tokens"))
         if learn:
             self._dyn.merge(self._ctx)
+            if self.history is not None:
+                self.history.learn(self._seq[:self._n])
         self._start_over()
 
     def dynamic_table(self) -> NgramTable:

@@ -4,8 +4,9 @@ llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on 
 4-gram drafts 63 % of all tokens at 6.1 % acceptance, and a badly drafted token costs a verified
 position. Here every source proposes its candidate for the next token — the context and dynamic caches
 for n = 1..4 (top follower, share, total), the static 2-gram, the static cache's higher orders
-(counts.high_orders), the longest earlier match in the sequence, and the run of tokens that follows the
-longest match in the static cache's corpus (its suffix index: draft.suffix_source) — and a confidence
+(counts.high_orders), the longest earlier match in the sequence, the run of tokens that follows the
+longest match in the static cache's corpus (its suffix index: draft.suffix_source), and the longest match
+in earlier sequences (a History: draft.history) — and a confidence
 table (draft.confidence, learnt on held-out data) turns each candidate's evidence (source and order,
 share bin, total bin) into P(accepted). The most probable candidate is drafted, token after token, into a
 chain, and the call drafts the prefix of that chain whose expected yield per unit of verify cost is largest:
@@ -33,11 +34,12 @@ from ..counts.flat import BEST, MAXC, TOTAL, find_hashed, hash_key
 from ..errors import InputError
 from ..kernels import kernel, ngram_before, token_at
 from ..counts.match_index import longest_match, new_index
+from ..counts.history_index import history_match, no_history
 from ..counts.high_orders import hash_final, hash_start, hash_step
 from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup_in
-from ..rules import LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
+from ..rules import HISTORY, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
 from ..static.high_orders import High, no_high
 from ..verify_cost import DEFAULT_COST
 from .static_source import head_part, static_top
@@ -53,22 +55,27 @@ SRC_STATIC = 2 * NGRAM_MAX  # the static 2-gram; order n at SRC_STATIC + n - 2
 SRC_MATCH = SRC_STATIC + MAX_STATIC_ORDER - 1
 SRC_SUFFIX = SRC_MATCH + 1
 N_SOURCES = SRC_SUFFIX + 2
+# The history's candidate (draft.history) is one row past the stored table: its evidence is the sequence's
+# own longest-match source's (the match length m), and make_policy gives it that source's learnt rows
+# (history_rows says why), so table files keep N_SOURCES rows and the compiled policy has N_CANDIDATES.
+SRC_HISTORY = N_SOURCES
+N_CANDIDATES = N_SOURCES + 1
 SHARE_BINS = 20
 TOTAL_BINS = 12  # total 1, 2-3, 4-7, ..., >= 2^11
 POLICIES = ("llama.cpp", "lookupkit")
 P_BINS = 40  # the best candidate's table probability, in bins of 2.5 %
 AGREE_MAX = 8  # the best other source proposing the same token: 0 = none, else 1 + its probability in 8 bins
 
-Policy = namedtuple("Policy", "on table agree cost high cand index suffix")
+Policy = namedtuple("Policy", "on table agree cost high cand index suffix history")
 Policy.__doc__ = """What a compiled loop needs to draft with the policy: on (1, or 0 for llama.cpp's rule);
-table (N_SOURCES, SHARE_BINS, TOTAL_BINS) float64 P(accepted) per evidence bin; agree (P_BINS, AGREE_MAX
+table (N_CANDIDATES, SHARE_BINS, TOTAL_BINS) float64 P(accepted) per evidence bin; agree (P_BINS, AGREE_MAX
 + 1) float64: P(accepted) of the most probable candidate by its table bin and by the table probability
 of the best other source proposing the same token (bin 0: none does); cost float64,
 cost[k] = cost of verifying 1 + k tokens relative to 1 (k = 0..n_draft, inf past a measured curve);
-high: the static cache's higher orders; cand: (N_SOURCES, 3) int64 scratch; index: the sequence's
+high: the static cache's higher orders; cand: (N_CANDIDATES, 3) int64 scratch; index: the sequence's
 counts.match_index (state, like the context cache: the owner keeps it in step and grows it); suffix: the
 static cache's suffix index (draft.suffix_source.Suffix; its state is reset by the owner when a sequence
-starts over)."""
+starts over); history: a History's arrays (counts.history_index.Hist; read under the History's lock)."""
 
 
 def check_policy(name: str) -> str:
@@ -77,17 +84,31 @@ def check_policy(name: str) -> str:
     return name
 
 
-def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None) -> Policy:
+def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None, history=None) -> Policy:
     """A Policy for drafts of at most n_draft tokens from (table, agree) (draft.confidence); cost_of(k) =
     cost of verifying 1 + k tokens; suffix: a lookupkit.suffix.SuffixIndex (a static cache's) or None,
     used only if the table has learnt the suffix source (`suffix_on`), after matches as long as the first
-    length bin its rows have learnt (suffix_source.min_match_of)."""
+    length bin its rows have learnt (suffix_source.min_match_of); history: a History's view() or None."""
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
     sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft,
                        min_match=min_match_of(table[SRC_SUFFIX:SRC_SUFFIX + 2]))
-    return Policy(np.int64(1), np.ascontiguousarray(table, np.float64), np.ascontiguousarray(agree, np.float64), cost,
-                  high if high is not None else no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(), sx)
+    return Policy(np.int64(1), history_rows(table), np.ascontiguousarray(agree, np.float64), cost,
+                  high if high is not None else no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(), sx,
+                  history if history is not None else no_history())
+
+
+def history_rows(table) -> np.ndarray:
+    """The table with the history's row (N_CANDIDATES rows): the one given (a table learnt with a history) or,
+    for a stored table of N_SOURCES rows, a copy of the longest-match source's. Why a copy: both are the
+    follower of an exact earlier match of the same lengths; matches in earlier sequences are weaker
+    evidence than in this one on independent texts (measured: draft/history.py's module docstring), but a
+    served sequence that repeats an earlier one (a retry, a re-sent session) is the case the history is for,
+    and the shipped tables (learnt on a model's own generations) have no sessions to learn it from."""
+    table = np.asarray(table, np.float64)
+    if table.shape[0] == N_SOURCES:
+        table = np.concatenate([table, table[SRC_MATCH:SRC_MATCH + 1]])
+    return np.ascontiguousarray(table)
 
 
 def suffix_on(table) -> bool:
@@ -102,8 +123,8 @@ def own_state(pol: Policy, index) -> Policy:
 
 def llama_rule() -> Policy:
     """The stand-in that makes the compiled loops draft with llama.cpp's rule instead."""
-    return Policy(np.int64(0), np.zeros((N_SOURCES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
-                  np.ones(1), no_high(), np.zeros((N_SOURCES, 3), np.int64), new_index(1), no_suffix())
+    return Policy(np.int64(0), np.zeros((N_CANDIDATES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
+                  np.ones(1), no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(1), no_suffix(), no_history())
 
 
 @kernel
@@ -175,16 +196,16 @@ def _high(high, seq, n_seq, drafted, d0, length, out):
 
 
 @kernel
-def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, n_run, out):
+def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, hist, n_run, out):
     """Every source's candidate after seq[:n_seq] + drafted[d0:d0+k] (called for k = 0, 1, ... in turn:
-    the suffix source looks up at k = 0, a run of at most n_run tokens): out (N_SOURCES, 3) rows of token
+    the suffix source looks up at k = 0, a run of at most n_run tokens): out (N_CANDIDATES, 3) rows of token
     (-1 = none), share bin (the match length's bin for the match sources), total bin (the suffix's count)."""
     length = n_seq + k
     for n in range(1, NGRAM_MAX + 1):
         _flat(ctx, seq, n_seq, drafted, d0, length, n, out, n - 1)
         _flat(dyn, seq, n_seq, drafted, d0, length, n, out, SRC_DYNAMIC + n - 1)
     _static2(st, memo, seq, n_seq, drafted, d0, length, out)
-    for src in range(SRC_STATIC + 1, N_SOURCES):
+    for src in range(SRC_STATIC + 1, N_CANDIDATES):
         out[src, 0] = -1
     _high(high, seq, n_seq, drafted, d0, length, out)
     tok, m = longest_match(index, seq, n_seq, drafted, d0, length)
@@ -194,6 +215,9 @@ def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, 
     if tok >= 0:
         row = SRC_SUFFIX + (1 if count < total else 0)
         out[row, 0], out[row, 1], out[row, 2] = tok, length_bin(m), total_bin(count)
+    tok, m = history_match(hist, seq, n_seq, drafted, d0, length)
+    if tok >= 0:
+        out[SRC_HISTORY, 0], out[SRC_HISTORY, 1], out[SRC_HISTORY, 2] = tok, min(SHARE_BINS - 1, m), 0
 
 
 @kernel
@@ -203,6 +227,8 @@ def source_code(src):
     n = 2, else 20 + n (tests/test_policy.py checks these against rules)."""
     if src < SRC_STATIC:
         return src + 1
+    if src == SRC_HISTORY:
+        return HISTORY
     if src == SRC_MATCH:
         return LONGEST_MATCH
     if src >= SRC_SUFFIX:
@@ -216,14 +242,14 @@ def choose(pol, cand):
     agreement bin: 0 if no other source proposes that token, else 1 + the best such source's probability
     in AGREE_MAX bins); token -1 if no source has one."""
     best_p, best_tok, best_src = -1.0, np.int64(-1), 0
-    for src in range(N_SOURCES):
+    for src in range(N_CANDIDATES):
         tok = cand[src, 0]
         if tok >= 0:
             p = pol.table[src, cand[src, 1], cand[src, 2]]
             if p > best_p or (p == best_p and tok < best_tok):
                 best_p, best_tok, best_src = p, tok, src
     second = -1.0
-    for src in range(N_SOURCES):
+    for src in range(N_CANDIDATES):
         if src != best_src and cand[src, 0] == best_tok:
             second = max(second, pol.table[src, cand[src, 1], cand[src, 2]])
     agree = 0 if second < 0 else 1 + min(AGREE_MAX - 1, np.int64(second * AGREE_MAX))
@@ -251,7 +277,8 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
     best = 1.0 / pol.cost[0]
     cand = pol.cand
     while k < n_draft and _could_beat(pol.cost, k, n_draft, expected, p_all, best):
-        candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, n_draft, cand)
+        candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, pol.history,
+                   n_draft, cand)
         best_tok, best_src, p_bin, agree = choose(pol, cand)
         if best_tok < 0:
             break

@@ -4,7 +4,8 @@ Caches are the readable ones (counts.dict_cache.NgramCache for context and dynam
 `.find(t0, t1)` for the static 2-grams) and the higher orders a dict {n: {n-gram tuple: (top follower,
 total, share)}} as counts.high_orders keeps them (total saturated at TOTAL_MAX, share in 1/SHARE_ONE units:
 formats.lkc_orders). The suffix index is a lookupkit.suffix.SuffixIndex, searched by brute force
-(lookupkit.suffix.reference).
+(lookupkit.suffix.reference). A history is its log (History.tokens(): sequences led by -1), searched by
+brute force too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from ..formats.lkc_orders import SHARE_ONE
 from ..rules import NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
-from .policy import AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_MATCH, SRC_STATIC, SRC_SUFFIX, TOTAL_BINS
+from .policy import (AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC, SRC_SUFFIX,
+                     TOTAL_BINS, history_rows)
 from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE, min_match_of
 
 
@@ -61,6 +63,19 @@ def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = 
     return out
 
 
+def history_candidate(log: list[int] | None, s: list[int]) -> dict[int, tuple[int, int, int]]:
+    """{SRC_HISTORY: (follower, share bin = m, 0)} of the longest m (MATCH_LENGTHS) whose last m tokens of s
+    the log holds followed by a token, at the latest such place; {} if none."""
+    for m in MATCH_LENGTHS.tolist() if log else []:
+        if len(s) < m:
+            continue
+        hit = next((e for e in range(len(log) - 2, m - 2, -1) if log[e + 1] >= 0 and log[e - m + 1:e + 1] == s[-m:]),
+                   None)
+        if hit is not None:
+            return {SRC_HISTORY: (log[hit + 1], min(SHARE_BINS - 1, m), 0)}
+    return {}
+
+
 def suffix_run(index, s: list[int], n: int, max_len: int = MAX_LEN) -> tuple[int, list[int], list[int], list[int]]:
     """(match length, run tokens, counts, totals) of at most n tokens after the longest suffix of s (at most
     max_len tokens) occurring in the index's corpus; no match: (0, [], [], [])."""
@@ -92,12 +107,15 @@ def choose(cands: dict, table: np.ndarray) -> tuple[int, int, int]:
 
 
 def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
-                           cost: Sequence[float], suffix=None, max_len: int = MAX_LEN) -> list[int]:
+                           cost: Sequence[float], suffix=None, max_len: int = MAX_LEN, history=None) -> list[int]:
     """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (draft.policy's docstring;
     the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
     a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
-    least the edge of the first length bin its rows have learnt."""
+    least the edge of the first length bin its rows have learnt. `history`: a History's log (or None), drafted
+    from with the table's history row (policy.history_rows)."""
     table, agree = tables
+    table = history_rows(table)
+    log = [int(t) for t in history] if history is not None else None
     n_draft = min(n_draft, len(cost) - 1)
     s, chain = [int(t) for t in seq], []
     on = suffix is not None and np.any(table[SRC_SUFFIX:SRC_SUFFIX + 2]) and s
@@ -110,7 +128,8 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
         k = len(chain)
         if not any(expected + p_all * (j - k) > best * cost[j] for j in range(k + 1, n_draft + 1)):
             break  # no longer prefix could win, even if every further token were as likely as this one
-        cands = {**candidates(s + chain, ctx, dyn, static, high, len(s)), **suffix_candidate(run, chain)}
+        cands = {**candidates(s + chain, ctx, dyn, static, high, len(s)), **suffix_candidate(run, chain),
+                 **history_candidate(log, s + chain)}
         if not cands:
             break
         tok, p_bin, n_agree = choose(cands, table)

@@ -94,11 +94,12 @@ def vocab_identity(path) -> SimpleNamespace:
 
 
 def drafter_factory(model_path, *, static=None, dynamic=None, policy: str = "llama.cpp", policy_table=None,
-                    verify_cost=None):
+                    verify_cost=None, history=None):
     """(make_drafter, policy_table) for `generate` and `serve`: make_drafter() is a fresh Drafter over caches
-    opened once (a StaticCache, an NgramTable), by the model's shipped policy table unless one is given,
-    at verify_cost (a VerifyCost; None: the default constant). One is made now, so a bad table or curve is
-    refused before the model loads, and it is the first one handed out."""
+    opened once (a StaticCache, an NgramTable) and the one `history` (a draft.history.History, or None) they
+    all share, by the model's shipped policy table unless one is given, at verify_cost (a VerifyCost; None:
+    the default constant). One is made now, so a bad table or curve is refused before the model loads, and
+    it is the first one handed out."""
     from .. import Drafter
     from ..verify_cost import DEFAULT_COST
 
@@ -111,7 +112,8 @@ def drafter_factory(model_path, *, static=None, dynamic=None, policy: str = "lla
     cost = DEFAULT_COST if verify_cost is None else verify_cost
 
     def make():
-        return Drafter(static=static, dynamic=dynamic, policy=policy, policy_table=policy_table, verify_cost=cost)
+        return Drafter(static=static, dynamic=dynamic, policy=policy, policy_table=policy_table, verify_cost=cost,
+                       history=history)
 
     spare = [make()]
     return (lambda: spare.pop() if spare else make()), policy_table

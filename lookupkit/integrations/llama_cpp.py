@@ -50,7 +50,8 @@ class LookupDraftModel(Counted, LlamaDraftModel):
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT tokens per call; model: a GGUF path
     or a Llama whose vocabulary the static cache must have (or call `bind(llm)` once the Llama exists);
     policy: "llama.cpp" (its rule, exactly) or "lookupkit" (draft only what pays at verify_cost, a number
-    per drafted token or a `lookupkit calibrate` curve file of this very model; None: the Drafter's 0.1).
+    per drafted token or a `lookupkit calibrate` curve file of this very model; None: the Drafter's 0.1);
+    history: a draft.history.History (policy "lookupkit"), shared with any other drafters, learning each sequence.
     The Drafter is built and its kernels loaded in a background thread from construction on, so the
     Llama's own load hides them; the first draft waits for it and raises what failed there.
     Counters: n_calls, n_drafted, n_accepted, and `stats()`. One sequence at a time: one draft model
@@ -58,9 +59,10 @@ class LookupDraftModel(Counted, LlamaDraftModel):
     """
 
     def __init__(self, static=None, dynamic=None, n_draft: int = ENGINE_DRAFT, model=None, policy: str = "llama.cpp",
-                 verify_cost=None):
+                 verify_cost=None, history=None):
         self.static = open_static(static)
-        self._start(dict(static=self.static, dynamic=dynamic, policy=policy, verify_cost=verify_cost), n_draft)
+        self._start(dict(static=self.static, dynamic=dynamic, policy=policy, verify_cost=verify_cost, history=history),
+                    n_draft)
         self.n_ctx: int | None = None
         self._bound = None  # a weak reference to the Llama bound to
         if model is not None:

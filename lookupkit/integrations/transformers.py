@@ -58,7 +58,8 @@ class LookupGenerate(Counted):
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT; vocab: a GGUF or tokenizer.json
     whose vocabulary the static cache must have (checked at construction; the model's vocab_size is
     always checked against the cache's); policy, verify_cost and policy_table (e.g.
-    draft.confidence.for_model("gemma-3-270m")) as for the Drafter (verify_cost None: the Drafter's default).
+    draft.confidence.for_model("gemma-3-270m")) and history (a shared draft.history.History) as for the
+    Drafter (verify_cost None: the Drafter's default).
     The Drafter is built and its kernels loaded in a background thread from construction on (the
     model's load hides them); the first generate waits for it and raises what failed there.
     Counters: n_calls, n_drafted, n_accepted, `stats()`.
@@ -66,13 +67,13 @@ class LookupGenerate(Counted):
     """
 
     def __init__(self, static=None, dynamic=None, n_draft: int = ENGINE_DRAFT, vocab=None, policy: str = "llama.cpp",
-                 verify_cost=None, policy_table=None):
+                 verify_cost=None, policy_table=None, history=None):
         self.static = open_static(static)
         if vocab is not None:
             if self.static is not None:
                 self.static.check_vocab(vocab_identity(vocab))
         self._start(dict(static=self.static, dynamic=dynamic, policy=policy, verify_cost=verify_cost,
-                         policy_table=policy_table), n_draft)
+                         policy_table=policy_table, history=history), n_draft)
 
     def __call__(self, model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         _check_supported()

@@ -1,0 +1,138 @@
+"""`History`: what earlier sequences (prompts and responses) said, as a source of lookupkit's policy.
+
+A drafter follows one sequence; a server sees the same text again and again (agents re-send their
+history, retry, rewrite the same code). A History keeps the last `budget` tokens of the sequences it
+was taught, in order, and drafts the follower of the longest earlier match of the current suffix
+(counts.history_index: exact, verified token by token; evidence = the match length, as the sequence's
+own longest-match source). One History may be shared by any number of Drafters (a server's slots) in
+any threads: learning and drafting take its lock, which a draft call holds for one kernel call.
+
+    history = History(budget=1 << 20)
+    drafter = Drafter(policy="lookupkit", history=history)   # any number of them
+    ... drafter.reset(tokens)                                # end of a sequence: learnt into the history
+
+Memory is bounded: the arrays are made once for the budget, and when a sequence does not fit, the
+oldest tokens go (the newest half of the budget is kept and re-indexed, so eviction costs O(1) per
+learnt token, amortised). `save` / `History.load` keep it in a `.lkh` file (formats/history_state.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from ..counts.history_index import MAX_LOG, SEPARATOR, clear_slots, insert_positions, new_hist, view
+from ..counts.match_index import MATCH_LENGTHS
+from ..errors import FormatError, InputError, VocabMismatchError
+from ..rules import HISTORY_BUDGET, HISTORY_BUDGET_MAX
+from ..token_ids import token_ids
+
+BUDGET_MIN = int(MATCH_LENGTHS[0]) * 2  # tokens: room for one sequence that can be matched at every length
+
+
+def check_budget(budget, what: str = "the history budget") -> int:
+    most = min(HISTORY_BUDGET_MAX, MAX_LOG)
+    if isinstance(budget, bool) or not hasattr(budget, "__index__") or not BUDGET_MIN <= budget <= most:
+        raise InputError(f"{what} must be an integer between {BUDGET_MIN} and {most} tokens, got {budget!r}")
+    return int(budget)
+
+
+class History:
+    """The last `budget` tokens (separators included: one per sequence) of the sequences learnt.
+
+    vocab: the vocabulary fingerprint of the ids it learns (a str, or a Tokenizer; None: not recorded),
+    written into its state file and checked when the file is loaded for another model."""
+
+    def __init__(self, budget: int = HISTORY_BUDGET, vocab=None):
+        self.budget = check_budget(budget)
+        self.vocab = getattr(vocab, "fingerprint", vocab)
+        self.lock = threading.Lock()
+        self.learnt = 0  # sequences learnt since the history began (also those evicted since)
+        self._h = new_hist(self.budget)
+
+    def view(self):
+        """The arrays for one drafter's compiled policy (shared log and index, scratch of its own); read
+        them only while holding `lock`."""
+        return view(self._h)
+
+    @property
+    def n_tokens(self) -> int:
+        """Positions in use: tokens plus one separator per (part of a) sequence kept."""
+        return int(self._h.n[0])
+
+    def learn(self, tokens) -> None:
+        """Append a finished sequence (its newest budget - 1 tokens if it is longer), evicting the oldest."""
+        ids = token_ids(tokens, "tokens")
+        if not len(ids):
+            return
+        with self.lock:
+            self._append(ids)
+            self.learnt += 1
+
+    def _append(self, ids: np.ndarray) -> None:
+        h, cap = self._h, self.budget
+        ids = ids[-(cap - 1):]
+        need = len(ids) + 1
+        n = int(h.n[0])
+        if n + need > cap:  # keep the newest half (or what leaves room), re-indexed in place
+            keep = max(0, min(n, cap // 2, cap - need))
+            h.log[:keep] = h.log[n - keep:n].copy()
+            h.n[0] = keep
+            clear_slots(h)
+            insert_positions(h, 1, keep)
+            n = keep
+        h.log[n] = SEPARATOR
+        h.log[n + 1:n + need] = ids
+        h.n[0] = n + need
+        insert_positions(h, n + 1, n + need)
+
+    def tokens(self) -> np.ndarray:
+        """A copy of the live log: the sequences kept, each led by SEPARATOR (-1; the first may be cut)."""
+        with self.lock:
+            return self._h.log[:self._h.n[0]].copy()
+
+    def n_sequences(self) -> int:
+        with self.lock:
+            return int(np.count_nonzero(self._h.log[:self._h.n[0]] == SEPARATOR))
+
+    def check_vocab(self, expect) -> None:
+        """Refuse a history of another vocabulary than `expect` (a Tokenizer or fingerprint; None: no check)."""
+        fingerprint = getattr(expect, "fingerprint", expect)
+        if fingerprint is not None and self.vocab is not None and fingerprint != self.vocab:
+            raise VocabMismatchError(f"the history holds ids of vocabulary {self.vocab}, not of {fingerprint}")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the history to `path` atomically (a crash or kill -9 leaves the previous file whole)."""
+        from ..formats import history_state
+
+        with self.lock:
+            log, learnt = self._h.log[:self._h.n[0]].copy(), self.learnt
+        history_state.write(path, log, vocab=self.vocab, budget=self.budget, learnt=learnt)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, budget: int | None = None, expect_vocab=None) -> "History":
+        """A History from a `.lkh` file (every check of formats/history_state.py; a foreign vocabulary is
+        refused); budget None: the file's; a smaller one keeps the file's newest tokens."""
+        from ..formats import history_state
+
+        log, meta = history_state.read(path, expect_vocab=getattr(expect_vocab, "fingerprint", expect_vocab))
+        try:
+            check_budget(meta["budget"])
+        except InputError as exc:
+            raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
+        hist = cls(meta["budget"] if budget is None else budget, vocab=meta["vocab"])
+        hist.learnt = meta["learnt"]
+        return hist._fill(log)
+
+    def _fill(self, log: np.ndarray) -> "History":
+        log = log[-self.budget:]
+        h = self._h
+        h.log[:len(log)] = log
+        h.n[0] = len(log)
+        insert_positions(h, 1, len(log))
+        return self
+
+    def __repr__(self) -> str:
+        return f"History({self.n_tokens:,} of {self.budget:,} tokens, {self.learnt:,} sequences learnt)"
