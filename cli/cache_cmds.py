@@ -1,4 +1,5 @@
-"""`lookupkit inspect | verify | convert`: look into, check and convert static cache files.
+"""`lookupkit inspect | verify | convert`: look into, check and convert static cache files (inspect also shows a
+served history's state file, `.lkh`).
 
 Each command is a library call (StaticCache, formats) plus printing; errors become one line and exit 2.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 
 from lookupkit import formats
@@ -17,6 +19,7 @@ from lookupkit.static import StaticCache
 from lookupkit.cli.common import guarded, print_json
 
 PATH = typer.Argument(..., help="cache file: .lkc, .lkc.zst, .ggngcmap or llama.cpp legacy (.lcs)")
+INSPECT_PATH = typer.Argument(..., help="cache file (.lkc, .lkc.zst, .ggngcmap, .lcs) or a history state (.lkh)")
 JSON = typer.Option(False, "--json", help="print JSON instead of text")
 
 
@@ -78,9 +81,38 @@ def _print_text(info: dict) -> None:
         echo(f"            {row['followers']:>13,}   {100 * row['keys']:6.2f}%   {100 * row['pairs']:6.2f}%")
 
 
+def _history_state(path: Path) -> dict | None:
+    """A `.lkh` file's header and counts, every check of formats/history_state.py passed; None if the file
+    does not start with its magic."""
+    from lookupkit.files import open_input
+    from lookupkit.formats import history_state
+
+    with open_input(path, "file") as f:
+        if f.read(len(history_state.MAGIC)) != history_state.MAGIC:
+            return None
+    log, head = history_state.read(path)
+    return {"file": str(path), "bytes": path.stat().st_size, **head, "n_tokens": int((log >= 0).sum()),
+            "distinct_tokens": int(len(np.unique(log[log >= 0])))}
+
+
+def _print_history(info: dict) -> None:
+    tool = info["tool"]
+    typer.echo(f"file        {info['file']} ({info['bytes']:,} bytes)")
+    typer.echo(f"format      lkh v{info['format_version']} (a served history), written by {tool.get('name')} "
+               f"{tool.get('version')}; checksums verified")
+    typer.echo(f"vocab       fingerprint {info['vocab']}" if info["vocab"] else "vocab       not recorded")
+    typer.echo(f"history     {info['n_positions']:,} of {info['budget']:,} positions: {info['n_sequences']:,} "
+               f"sequences kept ({info['n_tokens']:,} tokens, {info['distinct_tokens']:,} distinct), "
+               f"{info['learnt']:,} learnt in all")
+
+
 @guarded
-def inspect(path: Path = PATH, json: bool = JSON) -> None:
-    """Print a cache file's header and statistics (followers per 2-gram as a CDF)."""
+def inspect(path: Path = INSPECT_PATH, json: bool = JSON) -> None:
+    """Print a cache file's header and statistics (followers per 2-gram as a CDF), or a history state's."""
+    history = _history_state(path)
+    if history is not None:
+        print_json(history) if json else _print_history(history)
+        return
     with StaticCache.open(path) as cache:
         info = _describe(cache)
     print_json(info) if json else _print_text(info)

@@ -3,7 +3,8 @@ lookupkit, its caches opened once at start-up (lookupkit.serve.startup) and shar
 
 Start-up prints what it opened and how long each part took, then `listening on http://HOST:PORT`
 (--port 0: a free port, printed). SIGTERM (or Ctrl-C) stops accepting connections, lets requests in
-flight finish for up to --shutdown-timeout seconds, aborts the rest and exits 0 (Ctrl-C: 130).
+flight finish for up to --shutdown-timeout seconds, aborts the rest, saves the history (--state) and
+exits 0 (Ctrl-C: 130).
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ import socket
 import sys
 import threading
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from lookupkit.errors import InputError
-from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT
+from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT
 from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
+from lookupkit.serve.state import LEARN_MODES, SAVE_EVERY
+
+LearnMode = Enum("LearnMode", {m: m for m in LEARN_MODES}, type=str)
 
 
 EXAMPLES = """Examples:
@@ -32,6 +37,7 @@ EXAMPLES = """Examples:
   lookupkit serve -m gemma-3-270m -lcs gemma-wiki100.lkc --policy lookupkit --verify-cost gemma.curve.json
   lookupkit serve -m model.gguf --parallel 4 -c 8192 --port 0       # 4 slots of 2048 tokens, any free port
   lookupkit serve -m gemma-3-270m --draft 0                         # no drafting: the plain baseline
+  lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --state served.lkh   # learns, kept across restarts
 
 Then point any OpenAI client at http://HOST:PORT/v1 (any api_key), or llama-server's clients at /completion.
 Needs pip install 'lookupkit[serve,llama]'.
@@ -61,6 +67,20 @@ def serve_cmd(
     port: int = typer.Option(8080, "--port", help="Port to listen on (0: any free port, printed)."),
     shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", metavar="S", help="On SIGTERM, seconds "
                                            "requests in flight may take to finish before they are aborted."),
+    learn: LearnMode = typer.Option(LearnMode.off, "--learn", help="What a finished request teaches later ones: off "
+                                    "(nothing: no request's text reaches another's drafts), dynamic (each slot's "
+                                    "dynamic cache, llama.cpp's rule), history (one history every slot drafts from; "
+                                    "--policy lookupkit). Drafts are verified: outputs never change."),
+    history_budget: Optional[int] = typer.Option(None, "--history-budget", metavar="N", help="--learn history: "
+                                                 f"tokens kept, the oldest evicted (default {HISTORY_BUDGET:,}, "
+                                                 "~68 B each)."),
+    state: Optional[Path] = typer.Option(None, "--state", metavar="FILE", help="--learn history: load the history "
+                                         "from FILE (.lkh) at start-up if it exists, save it there atomically at "
+                                         "shutdown and every --save-every requests."),
+    save_every: Optional[int] = typer.Option(None, "--save-every", metavar="N", help=f"--state: save after every N "
+                                             f"learnt requests (default {SAVE_EVERY}; 0: at shutdown only)."),
+    state_reset: bool = typer.Option(False, "--state-reset", help="--state: start from an empty history, ignoring "
+                                     "(and at the next save replacing) the FILE, e.g. one refused as corrupt."),
 ) -> None:
     """Serve the model over HTTP (OpenAI /v1 API and llama-server's /completion), drafting with lookupkit."""
     from lookupkit.integrations.engines import require
@@ -77,12 +97,13 @@ def serve_cmd(
     t0 = time.perf_counter()
     served = open_server(model, lcs=lcs, lcd=lcd, policy=policy.value, policy_table=policy_table,
                          verify_cost=verify_cost, n_draft=n_draft, n_ctx=n_ctx, threads=threads, parallel=parallel,
-                         queue=queue)
+                         queue=queue, learn=learn.value, history_budget=history_budget, state=state,
+                         state_reset=state_reset, save_every=save_every)
     try:
         sock = _listen(host, port)
         for what, seconds, detail in served.loaded:
             typer.echo(f"  {what}: {_duration(seconds)}" + (f" ({detail})" if detail else ""))
-        how = "no drafting" if not n_draft else f"--draft {n_draft}, --policy {policy.value}"
+        how = "no drafting" if not n_draft else f"--draft {n_draft}, --policy {policy.value}, --learn {learn.value}"
         typer.echo(f"lookupkit serve: {served.model_id}, {parallel} slot{'s' * (parallel > 1)} of {served.n_ctx_slot} "
                    f"tokens, {how}; ready in {_duration(time.perf_counter() - t0)}")
         address = sock.getsockname()
@@ -97,7 +118,12 @@ def serve_cmd(
         signal.signal(signal.SIGTERM, lambda *_: None)
         _server_class()(config, served.engine, shutdown_timeout).run(sockets=[sock])
     finally:
-        served.llm.close()
+        try:
+            if served.keeper is not None:
+                served.engine.close()  # its thread learns no more while the last save copies the history
+                typer.echo(f"lookupkit serve: saved the history to {state} ({served.keeper.close()})")
+        finally:
+            served.llm.close()
     typer.echo("lookupkit serve: stopped")
 
 

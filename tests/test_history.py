@@ -238,3 +238,16 @@ def test_a_kill_during_saves_leaves_a_loadable_state(tmp_path):
         if caught:
             break
     assert caught  # at least one kill landed inside a save
+
+
+def test_inspect_shows_a_state_file_and_refuses_a_damaged_one(tmp_path):
+    path = tmp_path / "h.lkh"
+    learnt_history(n=2).save(path)
+    run = lambda p: subprocess.run([sys.executable, "-m", "lookupkit", "inspect", str(p)], capture_output=True,  # noqa: E731
+                                   text=True, timeout=60)
+    r = run(path)
+    assert r.returncode == 0 and "lkh v1 (a served history)" in r.stdout
+    assert "1,402 of 3,000 positions: 2 sequences kept (1,400 tokens" in r.stdout and "f" * 64 in r.stdout
+    (tmp_path / "cut.lkh").write_bytes(path.read_bytes()[:-1])
+    r = run(tmp_path / "cut.lkh")
+    assert r.returncode == 2 and "truncated" in r.stderr and r.stderr.strip().count("\n") == 0

@@ -22,10 +22,12 @@ open does not check can draft any int32 (issue 22: 226 of 5,200 mutated suffix i
 outside the vocabulary must never reach llama_decode. The bad tail of such a draft is dropped and
 counted (metrics: lookupkit_draft_refused_tokens_total), with one warning in the log.
 
-A slot's Drafter forgets each request when it ends (reset(learn=False)): every request drafts from the
-caches as loaded (-lcs, -lcd) plus its own context, so drafting does not depend on which slot served
-what before, and a long-running server's memory stays bounded. A memory of what the server served,
-shared by the slots and bounded, is issue 22's follow-up.
+What a finished request teaches depends on `learn` (--learn): "off" (the default), each slot's Drafter
+forgets it (every request drafts from the caches as loaded, -lcs/-lcd, plus its own context: no request's
+text reaches another's drafts); "dynamic", the slot's Drafter merges it into its own dynamic cache
+(llama.cpp's -lcd rule; per slot, unbounded, not saved); "history", it is learnt into the one History all
+slots share (draft.history: bounded by --history-budget, saved with --state). A request that failed
+("error") teaches nothing. Drafts are verified by the model, so learning never changes an output.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ class Engine:
     """llm: a Llama made by open_model(..., parallel=N); make_drafter() -> a Drafter per slot (None: no
     drafting); queue: jobs that may wait behind busy slots; metrics: a serve.metrics.Metrics."""
 
-    def __init__(self, llm, make_drafter, *, parallel: int, queue: int, n_draft: int, metrics, on_batch=None):
+    def __init__(self, llm, make_drafter, *, parallel: int, queue: int, n_draft: int, metrics, on_batch=None,
+                 learn: str = "off", on_learnt=None):
         self.m = _Model(llm)
         self.n_ctx_slot = int(self.m.lib.llama_n_ctx_seq(self.m.ctx))
         self.n_draft = n_draft if make_drafter is not None else 0
@@ -117,6 +120,7 @@ class Engine:
                              f"(open the model with n_batch >= {parallel * (self.n_draft + 1)})")
         self.slots = [_Slot(i, make_drafter() if make_drafter else None) for i in range(parallel)]
         self.queue, self.metrics, self.on_batch = queue, metrics, on_batch
+        self.learn, self.on_learnt = learn, on_learnt
         self.batch = _Batch(self.m.lib, self.m.n_batch)
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
@@ -313,13 +317,23 @@ class Engine:
         done.stats = slot.stats()
         self.m.forget_from(0, slot.seq)
         if slot.drafter is not None:
-            slot.drafter.reset(learn=False)  # every request drafts from the caches as loaded: see the docstring
+            self._learn(slot.drafter, done.reason != "error")
         slot.job = None
         with self._cv:
             self._busy -= 1
             self.metrics.gauge("slots_busy", self._busy)
         self.metrics.inc("requests_total", outcome=done.reason)
         self._deliver(job, done)
+
+    def _learn(self, drafter, ok: bool) -> None:
+        """End the slot's sequence, learning it as --learn says (the module docstring)."""
+        history = self.learn == "history" and ok and drafter.history is not None
+        if history:
+            drafter.history.learn(drafter.sequence)
+            self.metrics.gauge("history_tokens", drafter.history.n_tokens)
+        drafter.reset(learn=self.learn == "dynamic" and ok)
+        if history and self.on_learnt is not None:
+            self.on_learnt()
 
     def _end_all(self, reason: str, message: str) -> None:
         for slot in self.slots:

@@ -27,6 +27,8 @@ METRICS = {  # name: (type, help)
     "slots_busy": ("gauge", "Slots generating or decoding a prompt"),
     "slots_total": ("gauge", "Slots (--parallel)"),
     "tokens_per_second": ("gauge", f"Tokens generated per second over the last {RATE_WINDOW_S:.0f} s"),
+    "history_tokens": ("gauge", "Positions (tokens and one separator per sequence) the shared history holds "
+                                "(--learn history; at most --history-budget)"),
 }
 LABELLED = {"requests_total", "drafted_tokens_total", "accepted_tokens_total"}  # no sample until one happens
 

@@ -1,7 +1,8 @@
 """Everything `lookupkit serve` opens, opened once at start-up and timed: the model (one llama.cpp context
 of --parallel sequences), the static cache (mapped once, shared read-only by every slot's Drafter),
 the dynamic cache (read once; each slot's Drafter starts every request from it), the policy tables, the
-drafting kernels and the chat template. A bad cache, table or flag is refused before the model loads."""
+history every slot shares (--learn history: serve.state, loaded from --state), the drafting kernels and the
+chat template. A bad cache, table, state file or flag is refused before the model loads."""
 
 from __future__ import annotations
 
@@ -25,12 +26,16 @@ class Served:
     n_vocab: int
     n_ctx_slot: int
     loaded: list = field(default_factory=list)  # (what, seconds, detail) in the order they were opened
+    history: object = None  # the History every slot shares (--learn history), else None
+    keeper: object = None  # its serve.state.StateKeeper (--state), else None
 
 
 def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_table=None, verify_cost=None,
                 n_draft: int = 8, n_ctx: int = 4096, threads: int | None = None, parallel: int = 1, queue: int = 32,
-                on_batch=None) -> Served:
-    """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline)."""
+                on_batch=None, learn: str = "off", history_budget: int | None = None, state=None,
+                state_reset: bool = False, save_every: int | None = None) -> Served:
+    """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline);
+    learn, history_budget, state, state_reset, save_every: serve.state and the engine's docstring."""
     from .. import models, warmup
     from ..integrations.engines import drafter_factory
     from ..integrations.llama_generate import LLAMA_BATCH, model_vocab, open_model
@@ -39,7 +44,10 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     from .engine import Engine
     from .metrics import Metrics
 
+    from .state import SAVE_EVERY, StateKeeper
+
     _check(n_draft, n_ctx, threads, parallel, queue)
+    _check_learning(learn, policy, n_draft, history_budget, state, state_reset, save_every)
     loaded = []
 
     def timed(what: str, fn, detail=""):
@@ -50,7 +58,12 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
 
     path = models.resolve(model)
     vocab = timed("model vocabulary", lambda: model_vocab(path), lambda v: v.name)
-    static = dynamic = make_drafter = None
+    static = dynamic = make_drafter = history = keeper = None
+    if learn == "history":
+        history = timed("history" + (f" {state}" if state is not None else ""),
+                        lambda: _history(state, history_budget, vocab.fingerprint, state_reset), _describe_history)
+        if state is not None:
+            keeper = StateKeeper(history, state, SAVE_EVERY if save_every is None else save_every)
     if n_draft:
         from ..static import StaticCache
 
@@ -62,7 +75,8 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
 
             dynamic = timed(f"dynamic cache {lcd}", lambda: read_ngrams(lcd), lambda t: f"{len(t.ngrams):,} n-grams")
         make_drafter, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=policy, policy_table=policy_table,
-                                          verify_cost=VerifyCost.of(verify_cost) if verify_cost is not None else None)
+                                          verify_cost=VerifyCost.of(verify_cost) if verify_cost is not None else None,
+                                          history=history)
     elif lcs is not None or lcd is not None:
         raise InputError("--draft 0 serves without drafting: leave out -lcs/-lcd, or give --draft 1 or more")
     n_batch = max(LLAMA_BATCH, parallel * (n_draft + 1))  # prompt chunks of at least llama-cpp-python's default
@@ -72,16 +86,54 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
         timed("drafting kernels (after the model)", warmup.wait_kernels)
         metrics = Metrics()
         engine = timed(f"{parallel} slot{'s' * (parallel > 1)}", lambda: Engine(
-            llm, make_drafter, parallel=parallel, queue=queue, n_draft=n_draft, metrics=metrics, on_batch=on_batch),
+            llm, make_drafter, parallel=parallel, queue=queue, n_draft=n_draft, metrics=metrics, on_batch=on_batch,
+            learn=learn, on_learnt=keeper.learnt if keeper is not None else None),
             "a Drafter each" if make_drafter else "no drafting")
         metrics.gauge("slots_total", parallel)
+        if history is not None:
+            metrics.gauge("history_tokens", history.n_tokens)
         chat = timed("chat template", lambda: ChatTemplate(llm), lambda c: c.describe())
     except BaseException:
         llm.close()
         raise
     model_id = str(model) if str(model) in models.MODELS else Path(path).name
     return Served(llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id, n_vocab=engine.m.n_vocab,
-                  n_ctx_slot=engine.n_ctx_slot, loaded=loaded)
+                  n_ctx_slot=engine.n_ctx_slot, loaded=loaded, history=history, keeper=keeper)
+
+
+def _history(state, budget, vocab, reset):
+    from ..rules import HISTORY_BUDGET
+    from .state import open_history
+
+    return open_history(state, HISTORY_BUDGET if budget is None else budget, vocab, reset)
+
+
+def _describe_history(history) -> str:
+    if not history.n_tokens:
+        return f"empty, budget {history.budget:,} tokens"
+    return (f"{history.n_tokens:,} of {history.budget:,} positions, {history.n_sequences():,} sequences kept, "
+            f"{history.learnt:,} learnt")
+
+
+def _check_learning(learn, policy, n_draft, budget, state, reset, save_every) -> None:
+    from ..draft.history import check_budget
+    from .state import LEARN_MODES
+
+    if learn not in LEARN_MODES:
+        raise InputError(f"--learn must be one of {', '.join(LEARN_MODES)}, got {learn!r}")
+    if learn != "off" and not n_draft:
+        raise InputError(f"--learn {learn} learns what drafting uses: it needs --draft 1 or more")
+    if learn == "history" and policy != "lookupkit":
+        raise InputError("--learn history is drafted from by --policy lookupkit only (llama.cpp's rule has no such "
+                         "source; --learn dynamic learns into its dynamic cache)")
+    if learn != "history" and (budget is not None or state is not None or reset or save_every is not None):
+        raise InputError("--history-budget, --state, --state-reset and --save-every apply to --learn history only")
+    if budget is not None:
+        check_budget(budget, "--history-budget")
+    if state is None and (reset or save_every is not None):
+        raise InputError("--state-reset and --save-every apply to a --state FILE only")
+    if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 0):
+        raise InputError(f"--save-every must be 0 (at shutdown only) or more requests, got {save_every!r}")
 
 
 def _check(n_draft, n_ctx, threads, parallel, queue) -> None:
