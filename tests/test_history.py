@@ -49,7 +49,7 @@ def brute(log: list[int], query: list[int]) -> tuple[int, int]:
 
 
 def lookup(hist: History, query: np.ndarray) -> tuple[int, int]:
-    tok, m = history_match(hist.view(), query, len(query), query, 0, len(query))
+    tok, m = history_match(hist.view(), query, len(query), query, 0, len(query), 0)  # every length
     return int(tok), int(m)
 
 

@@ -55,6 +55,18 @@ def test_a_repeated_request_drafts_from_the_shared_history_only_when_learning(ti
         served.llm.close()
 
 
+def test_learn_dynamic_teaches_the_slots_dynamic_cache(tiny_gguf):
+    served = open_server(tiny_gguf, n_draft=16, parallel=1, n_ctx=1024, threads=1, learn="dynamic")
+    try:
+        with running(served) as url:
+            first = complete(url)
+            assert sum(metric(url, "drafted_tokens_total", source=f"d{n}") for n in range(1, 5)) == 0
+            assert complete(url)["tokens"] == first["tokens"]
+            assert sum(metric(url, "accepted_tokens_total", source=f"d{n}") for n in range(1, 5)) > 0
+    finally:
+        served.llm.close()
+
+
 def test_learnt_state_round_trips_through_a_restart(tiny_gguf, tmp_path):
     state = tmp_path / "served.lkh"
     args = ["-m", tiny_gguf, "--policy", "lookupkit", "--learn", "history", "--state", state, "-c", 1024, "-t", 1,

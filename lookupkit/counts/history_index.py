@@ -103,9 +103,10 @@ def clear_slots(h):
 
 
 @kernel
-def history_match(h, seq, n_seq, drafted, d0, length):
-    """(follower, m) of the longest m-gram (m in MATCH_LENGTHS) the log holds that equals the last m tokens
-    of the lookup sequence (seq[:n_seq], then drafted[d0:]) before `length`, at its most recent end; or (-1, 0)."""
+def history_match(h, seq, n_seq, drafted, d0, length, min_m):
+    """(follower, m) of the longest m-gram (m in MATCH_LENGTHS, m >= min_m) the log holds that equals the last
+    m tokens of the lookup sequence (seq[:n_seq], then drafted[d0:]) before `length`, at its most recent end;
+    or (-1, 0)."""
     if h.n[0] == 0:
         return np.int64(-1), np.int64(0)
     log, slots = h.log, h.slots
@@ -113,6 +114,8 @@ def history_match(h, seq, n_seq, drafted, d0, length):
     _suffix_hashes(seq, n_seq, drafted, d0, length, h.hashes)
     for r in range(MATCH_LENGTHS.shape[0]):
         m = MATCH_LENGTHS[r]
+        if m < min_m:
+            break
         if length < m:
             continue
         s = (h.hashes[r] >> np.uint64(32)) & mask

@@ -39,7 +39,7 @@ from ..counts.high_orders import hash_final, hash_start, hash_step
 from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup_in
-from ..rules import HISTORY, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
+from ..rules import HISTORY, HISTORY_MIN_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
 from ..static.high_orders import High, no_high
 from ..verify_cost import DEFAULT_COST
 from .static_source import head_part, static_top
@@ -56,8 +56,9 @@ SRC_MATCH = SRC_STATIC + MAX_STATIC_ORDER - 1
 SRC_SUFFIX = SRC_MATCH + 1
 N_SOURCES = SRC_SUFFIX + 2
 # The history's candidate (draft.history) is one row past the stored table: its evidence is the sequence's
-# own longest-match source's (the match length m), and make_policy gives it that source's learnt rows
-# (history_rows says why), so table files keep N_SOURCES rows and the compiled policy has N_CANDIDATES.
+# own longest-match source's (the match length m, from rules.HISTORY_MIN_MATCH on), and make_policy gives it
+# that source's learnt rows (history_rows says why), so table files keep N_SOURCES rows and the compiled
+# policy has N_CANDIDATES.
 SRC_HISTORY = N_SOURCES
 N_CANDIDATES = N_SOURCES + 1
 SHARE_BINS = 20
@@ -101,10 +102,11 @@ def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=
 def history_rows(table) -> np.ndarray:
     """The table with the history's row (N_CANDIDATES rows): the one given (a table learnt with a history) or,
     for a stored table of N_SOURCES rows, a copy of the longest-match source's. Why a copy: both are the
-    follower of an exact earlier match of the same lengths; matches in earlier sequences are weaker
-    evidence than in this one on independent texts (measured: draft/history.py's module docstring), but a
-    served sequence that repeats an earlier one (a retry, a re-sent session) is the case the history is for,
-    and the shipped tables (learnt on a model's own generations) have no sessions to learn it from."""
+    follower of an exact earlier match of the same lengths, the shipped tables (learnt on a model's own
+    generations) have no served sessions to learn the history's own rows from, and from 8 tokens on (the
+    history drafts after no shorter match: rules.HISTORY_MIN_MATCH, where the measurement is) matches in
+    earlier independent texts were right about as often as matches earlier in the same text; a retried or
+    re-sent request, the case the history is for, is right more often."""
     table = np.asarray(table, np.float64)
     if table.shape[0] == N_SOURCES:
         table = np.concatenate([table, table[SRC_MATCH:SRC_MATCH + 1]])
@@ -215,7 +217,7 @@ def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, 
     if tok >= 0:
         row = SRC_SUFFIX + (1 if count < total else 0)
         out[row, 0], out[row, 1], out[row, 2] = tok, length_bin(m), total_bin(count)
-    tok, m = history_match(hist, seq, n_seq, drafted, d0, length)
+    tok, m = history_match(hist, seq, n_seq, drafted, d0, length, HISTORY_MIN_MATCH)
     if tok >= 0:
         out[SRC_HISTORY, 0], out[SRC_HISTORY, 1], out[SRC_HISTORY, 2] = tok, min(SHARE_BINS - 1, m), 0
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from ..formats.lkc_orders import SHARE_ONE
-from ..rules import NGRAM_MAX
+from ..rules import HISTORY_MIN_MATCH, NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
 from .policy import (AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC, SRC_SUFFIX,
@@ -64,10 +64,10 @@ def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = 
 
 
 def history_candidate(log: list[int] | None, s: list[int]) -> dict[int, tuple[int, int, int]]:
-    """{SRC_HISTORY: (follower, share bin = m, 0)} of the longest m (MATCH_LENGTHS) whose last m tokens of s
-    the log holds followed by a token, at the latest such place; {} if none."""
+    """{SRC_HISTORY: (follower, share bin = m, 0)} of the longest m (MATCH_LENGTHS, >= HISTORY_MIN_MATCH) whose
+    last m tokens of s the log holds followed by a token, at the latest such place; {} if none."""
     for m in MATCH_LENGTHS.tolist() if log else []:
-        if len(s) < m:
+        if m < HISTORY_MIN_MATCH or len(s) < m:
             continue
         hit = next((e for e in range(len(log) - 2, m - 2, -1) if log[e + 1] >= 0 and log[e - m + 1:e + 1] == s[-m:]),
                    None)
