@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -71,10 +72,15 @@ def test_learnt_state_round_trips_through_a_restart(tiny_gguf, tmp_path):
     state = tmp_path / "served.lkh"
     args = ["-m", tiny_gguf, "--policy", "lookupkit", "--learn", "history", "--state", state, "-c", 1024, "-t", 1,
             "--draft", 16]
-    with process(*args) as (proc, url, lines, rest):
+    with process(*args, "--save-every", 1) as (proc, url, lines, rest):
         assert any("history" in line and "empty" in line for line in lines)
         first = complete(url)
         assert metric(url, "accepted_tokens_total", source="hx") == 0
+        deadline = time.monotonic() + WAIT_S
+        while not state.exists():  # --save-every 1: saved after the first request, in a thread of its own
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert History.load(state).learnt == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT_S) == 0
         assert f"saved the history to {state}" in rest()
