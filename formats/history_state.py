@@ -3,7 +3,7 @@
 A 64-byte preamble like `.lkc`'s (magic, version, byte-order marker, header length, header sha256, file
 size), a UTF-8 JSON header (vocabulary, budget, counts, the log section with its sha256), then the log:
 int32 little-endian tokens, each sequence led by -1. The index is not stored: loading re-indexes the log
-(O(n), ~0.1 s per million tokens), so a file can never hold an index that disagrees with its log. `read`
+(O(n): 0.9 s for 2^20 positions here, the index's random writes), so a file can never hold an index that disagrees with its log. `read`
 checks everything before anything is used: a file that fails any check is refused whole.
 """
 

@@ -1,8 +1,8 @@
 """What `lookupkit serve --learn history` keeps: the one History every slot drafts from and learns into,
 loaded from `--state FILE` at start-up and saved there every `--save-every` requests and at shutdown.
 
-A save copies the log under the History's lock (a memcpy: ~1 ms per million tokens) and writes it in a
-thread of its own, so the engine thread never waits for a disk; files.atomic_writer (temp file, fsync,
+A save copies the log under the History's lock (a memcpy of 4 MB for 2^20 positions) and writes it in a
+thread of its own (44 ms for those 4 MB here, fsync included), so the engine thread never waits for a disk; files.atomic_writer (temp file, fsync,
 rename) means a kill -9 during a save leaves the previous file whole. A file that fails any check at
 start-up is refused in one line naming the flag that starts afresh: a server never drafts from a state
 it cannot trust, and never silently throws one away.
