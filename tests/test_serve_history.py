@@ -118,3 +118,27 @@ def test_state_refusals_are_one_line(tiny_gguf, tmp_path):
         assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, (args, r.stderr)
         assert all(f in r.stderr for f in fragments), (args, r.stderr)
     assert corrupt.read_bytes() == good.read_bytes()[:-9]  # a refused file is left as it was
+
+
+def test_generate_and_the_draft_model_share_a_history_without_special_cases(tiny_gguf):
+    import llama_cpp
+
+    from lookupkit import Drafter
+    from lookupkit.integrations.llama_cpp import LookupDraftModel
+    from lookupkit.integrations.llama_generate import generate
+
+    llm = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, n_threads_batch=1, verbose=False)
+    try:
+        prompt = llm.tokenize(PROMPT.encode(), add_bos=True, special=True)
+        hist = History(4096)
+        first = generate(llm, prompt, N, drafter=Drafter(policy="lookupkit", history=hist), n_draft=16,
+                         stop_at_eos=False)
+        assert hist.learnt == 1 and hist.n_tokens == len(prompt) + N + 1  # learnt at the end of the sequence
+        again = generate(llm, prompt, N, drafter=Drafter(policy="lookupkit", history=hist), n_draft=16,
+                         stop_at_eos=False)
+        assert again.tokens == first.tokens and again.n_accepted > first.n_accepted
+        model = LookupDraftModel(policy="lookupkit", history=hist, n_draft=8)
+        draft = model(np.array(prompt + first.tokens[:10]))
+        assert draft.tolist() == first.tokens[10:10 + len(draft)] and len(draft) > 0
+    finally:
+        llm.close()
