@@ -72,8 +72,8 @@ def serve_cmd(
                                     "dynamic cache, llama.cpp's rule), history (one history every slot drafts from; "
                                     "--policy lookupkit). Drafts are verified: outputs never change."),
     history_budget: Optional[int] = typer.Option(None, "--history-budget", metavar="N", help="--learn history: "
-                                                 f"tokens kept, the oldest evicted (default {HISTORY_BUDGET:,}, "
-                                                 "~68 B each)."),
+                                                 f"tokens kept, the oldest evicted (default: the --state file's, "
+                                                 f"else {HISTORY_BUDGET:,}; ~68 B each)."),
     state: Optional[Path] = typer.Option(None, "--state", metavar="FILE", help="--learn history: load the history "
                                          "from FILE (.lkh) at start-up if it exists, save it there atomically at "
                                          "shutdown and every --save-every requests."),

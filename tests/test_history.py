@@ -251,3 +251,16 @@ def test_inspect_shows_a_state_file_and_refuses_a_damaged_one(tmp_path):
     (tmp_path / "cut.lkh").write_bytes(path.read_bytes()[:-1])
     r = run(tmp_path / "cut.lkh")
     assert r.returncode == 2 and "truncated" in r.stderr and r.stderr.strip().count("\n") == 0
+
+
+def test_the_server_opens_a_state_with_its_own_budget_unless_told(tmp_path):
+    from lookupkit.rules import HISTORY_BUDGET
+    from lookupkit.serve.state import open_history
+
+    path = tmp_path / "h.lkh"
+    assert open_history(path, None, "f" * 64).budget == HISTORY_BUDGET and not path.exists()  # nothing yet
+    learnt_history(budget=5000).save(path)
+    assert open_history(path, None, "f" * 64).budget == 5000 and open_history(path, 1000, "f" * 64).n_tokens == 1000
+    assert open_history(path, None, "f" * 64, reset=True).n_tokens == 0
+    with pytest.raises(InputError, match="another vocabulary.*start afresh with --state-reset"):
+        open_history(path, None, "e" * 64)

@@ -44,7 +44,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     from .engine import Engine
     from .metrics import Metrics
 
-    from .state import SAVE_EVERY, StateKeeper
+    from .state import SAVE_EVERY, StateKeeper, open_history
 
     _check(n_draft, n_ctx, threads, parallel, queue)
     _check_learning(learn, policy, n_draft, history_budget, state, state_reset, save_every)
@@ -61,7 +61,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     static = dynamic = make_drafter = history = keeper = None
     if learn == "history":
         history = timed("history" + (f" {state}" if state is not None else ""),
-                        lambda: _history(state, history_budget, vocab.fingerprint, state_reset), _describe_history)
+                        lambda: open_history(state, history_budget, vocab.fingerprint, state_reset), _describe_history)
         if state is not None:
             keeper = StateKeeper(history, state, SAVE_EVERY if save_every is None else save_every)
     if n_draft:
@@ -99,13 +99,6 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     model_id = str(model) if str(model) in models.MODELS else Path(path).name
     return Served(llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id, n_vocab=engine.m.n_vocab,
                   n_ctx_slot=engine.n_ctx_slot, loaded=loaded, history=history, keeper=keeper)
-
-
-def _history(state, budget, vocab, reset):
-    from ..rules import HISTORY_BUDGET
-    from .state import open_history
-
-    return open_history(state, HISTORY_BUDGET if budget is None else budget, vocab, reset)
 
 
 def _describe_history(history) -> str:

@@ -22,17 +22,18 @@ RESET_FLAG = "--state-reset"
 SAVE_EVERY = 100  # --save-every's default: learnt requests between saves (a save of 2^20 tokens writes 4 MB)
 
 
-def open_history(state, budget: int, vocab, reset: bool = False):
-    """The History to serve with: `state`'s (if given, present and not `reset`), else an empty one of `budget`
-    tokens for `vocab` (a fingerprint)."""
+def open_history(state, budget: int | None, vocab, reset: bool = False):
+    """The History to serve with: `state`'s (if given, present and not `reset`; budget None: the file's), else
+    an empty one of `budget` tokens (None: rules.HISTORY_BUDGET) for `vocab` (a fingerprint)."""
     from ..draft.history import History
+    from ..rules import HISTORY_BUDGET
 
     if state is None or reset or not Path(state).exists():
         if state is not None:
             from ..files import check_writable
 
             check_writable(state)
-        return History(budget, vocab=vocab)
+        return History(HISTORY_BUDGET if budget is None else budget, vocab=vocab)
     try:
         return History.load(state, budget=budget, expect_vocab=vocab)
     except (FormatError, VocabMismatchError, InputError) as exc:
