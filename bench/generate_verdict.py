@@ -26,7 +26,7 @@ from datetime import date
 from pathlib import Path
 
 from lookupkit.bench.generations import paragraphs, prompt_text
-from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
 from lookupkit.integrations.compare import RUNS
 
 WINDOWS = (1, 3, 5, 7)

@@ -23,7 +23,9 @@ import random
 import time
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
+from lookupkit.bench.harness import SHARED
+
+CORPORA = SHARED / "corpora"
 PROMPT_WORDS = 250
 RESTART_WORDS = 12
 
@@ -55,7 +57,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", required=True, help="GGUF model path or a lookupkit.models name")
     ap.add_argument("-o", "--output", type=Path, required=True)
-    ap.add_argument("--text", type=Path, default=SHARED / "wiki.test.raw", help="held-out text to take prompts from")
+    ap.add_argument("--text", type=Path, default=CORPORA / "wiki.test.raw", help="held-out text to take prompts from")
     ap.add_argument("--prompts", type=int, default=32, help="paragraphs (each gives one prompt per task)")
     ap.add_argument("--tasks", default="wiki,copy")
     ap.add_argument("-n", "--new-tokens", type=int, default=256)

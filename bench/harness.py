@@ -1,31 +1,82 @@
-"""Where and on what a result was measured: the machine, the git commit (and whether the tree was dirty),
-the results folder, ../shared, and warming a file's pages; shared by every benchmark of bench/."""
+"""What every study of bench/ stands on, written once: where and on what a result was measured
+(machine, git state, load average), where its inputs are (../shared) and its outputs go, whether the
+machine is quiet enough to measure, the spread of repeated runs, the report's guards, and the
+entry point (argparse -> LookupkitError -> one `error:` line).
+
+Outputs: a study takes an explicit path; its default is the repository's bench/ only when this is a
+source checkout (`source_checkout()`), else the bench cache dir (`bench_dir()`), never the folder a
+module is installed in (site-packages).
+"""
 
 from __future__ import annotations
 
 import os
 import platform
 import socket
+import statistics
+import sys
+import time
 from pathlib import Path
 
-import numpy as np
+HERE = Path(__file__).resolve().parent
+MB = 1e6
+MIN_RUNS = 3  # a headline rests on at least this many runs
 
-RESULTS = Path(__file__).resolve().parent / "results"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+# -- where: inputs, outputs, the cache -------------------------------------------------------------------
+
+def source_checkout() -> Path | None:
+    """The repository root when bench/ runs from a source checkout (an editable install), else None."""
+    root = HERE.parent
+    return root if HERE.name == "bench" and (root / "pyproject.toml").is_file() else None
+
+
+def bench_dir() -> Path:
+    """The bench cache: models, builds and work files ($LOOKUPKIT_CACHE_DIR/bench, else ~/.cache/lookupkit/bench)."""
+    root = os.environ.get("LOOKUPKIT_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "lookupkit") / "bench"
+
+
+def shared_dir() -> Path:
+    """The project's read-only data: $LOOKUPKIT_SHARED, else ../shared beside the checkout (or the cache)."""
+    env = os.environ.get("LOOKUPKIT_SHARED")
+    if env:
+        return Path(env)
+    root = source_checkout()
+    return (root.parent if root else bench_dir()) / "shared"
+
+
+def output_dir() -> Path:
+    """Where reports (markdown, plots) go by default: the repo's bench/ in a checkout, else the bench cache."""
+    return HERE if source_checkout() else bench_dir()
+
+
+SHARED = shared_dir()
+RESULTS = output_dir() / "results"  # raw results JSON by default
+
+
+# -- on what: provenance ---------------------------------------------------------------------------------
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages, as every study records them."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def machine() -> dict:
     import numba
+    import numpy as np
 
     return {"host": socket.gethostname(), "cpu": _cpu_model(), "cores": os.cpu_count(),
             "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
-            "kernel": platform.release(), "loadavg_at_start": os.getloadavg()}
+            "kernel": platform.release(), "loadavg_at_start": loadavg()}
 
 
-def git_state(repo: Path = Path(__file__).resolve().parents[1]) -> dict:
+def git_state(repo: Path | None = None) -> dict:
     """The commit the study ran on and whether the work tree had changes ({"commit": None} outside git)."""
     import subprocess
+
+    repo = repo or source_checkout() or HERE
 
     def git(*args):
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
@@ -56,3 +107,72 @@ def warm_file(path: Path) -> None:
     with open(path, "rb", buffering=0) as f:
         while f.read(1 << 24):
             pass
+
+
+# -- whether: the quiet-machine gate ---------------------------------------------------------------------
+
+def others_cpu(seconds: float = 1.0) -> float:
+    """How many cores other processes used over `seconds` (psutil, via integrations.compare.CpuSampler)."""
+    from lookupkit.integrations.compare import CpuSampler
+
+    s = CpuSampler()
+    s.start()
+    time.sleep(seconds)
+    return s.stop()
+
+
+def quiet_gate(max_cores: float = 0.25, seconds: float = 1.0, refuse: bool = False, log=print) -> float:
+    """Measure other processes' CPU for a moment; above max_cores warn (or, with refuse, raise InputError:
+    a timing taken beside a busy neighbour is not a result). Returns the cores measured."""
+    busy = others_cpu(seconds)
+    if busy > max_cores:
+        msg = (f"other processes used {busy:.2f} cores (> {max_cores}) while the bench checked the machine: "
+               "timings will be noisy")
+        if refuse:
+            from lookupkit.errors import InputError
+
+            raise InputError(msg + "; wait for a quiet machine")
+        log(f"warning: {msg}")
+    return busy
+
+
+# -- how much: spread of repeated runs -------------------------------------------------------------------
+
+def median_min_max(values) -> tuple[float, float, float]:
+    values = list(values)
+    return statistics.median(values), min(values), max(values)
+
+
+def spread(values) -> dict | None:
+    """{median, min, max, n} of the values that are not None (None if there are none)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    med, lo, hi = median_min_max(values)
+    return {"median": med, "min": lo, "max": hi, "n": len(values)}
+
+
+# -- the report's guards ---------------------------------------------------------------------------------
+
+def verdict(value, limit: float, size_ok: bool = True, n_runs: int | None = None) -> str:
+    """"yes" / "**no**" only for a real measurement (> 0), at the size the target is defined for, from
+    at least MIN_RUNS runs (when n_runs is given); else "not measured" or "not checked", never "met"."""
+    if value is None or not isinstance(value, (int, float)) or value != value or value <= 0:
+        return "not measured"
+    if not size_ok:
+        return "not checked"
+    if n_runs is not None and n_runs < MIN_RUNS:
+        return f"not checked ({n_runs} run{'s' if n_runs != 1 else ''} < {MIN_RUNS})"
+    return "yes" if value <= limit else "**no**"
+
+
+# -- the entry point -------------------------------------------------------------------------------------
+
+def entry(run, argv=None) -> None:
+    """Call run(argv); a LookupkitError (bad input, missing data) is one `error:` line and exit status 1."""
+    from lookupkit.errors import LookupkitError
+
+    try:
+        run(sys.argv[1:] if argv is None else argv)
+    except LookupkitError as exc:
+        sys.exit(f"error: {exc}")

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from lookupkit.bench.harness import SHARED, bench_dir  # noqa: F401  (bench_dir: imported from here too)
 from lookupkit.errors import InputError
 
-QWEN2_VOCAB = Path(__file__).resolve().parents[1].parent / "shared" / "vocab" / "ggml-vocab-qwen2.gguf"
+QWEN2_VOCAB = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
 BUNDLED_VOCAB = Path(str(resources.files("lookupkit") / "data" / "ggml-vocab-gpt-2.gguf"))
 TYPES = ("F16", "F32", "Q8_0")
 DEFAULT_TYPE = "F16"
@@ -49,11 +50,6 @@ class Shape:
 
 
 QWEN25_05B = Shape()
-
-
-def bench_dir() -> Path:
-    root = os.environ.get("LOOKUPKIT_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "lookupkit") / "bench"
 
 
 def default_model_path(qtype: str = DEFAULT_TYPE, vocab: Path = QWEN2_VOCAB, n_layer: int = QWEN25_05B.n_layer) -> Path:

@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 
 from lookupkit import StaticCache, Tokenizer
+from lookupkit.bench.harness import RESULTS, SHARED, git_state
 from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
 from lookupkit.draft.policy import make_policy
 from lookupkit.replay.loop import replay_fast
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WORK = Path.home() / ".cache" / "lookupkit" / "bench"
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 QWEN2 = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
@@ -181,14 +181,13 @@ def main(argv=None) -> None:
         print(report(json.loads(a.report.read_text())))
         return
     tables = load_tables()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    commit = git_state()["commit"]
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
               "eval": EVAL.name, "n_ctx": 4096, "n_draft": 8, "costs": list(REPORTED_COSTS),
               "wiki": wiki([int(s) for s in a.sizes.split(",")], a.runs, tables)}
     if not a.skip_code:
         result["code"] = code(a.runs, tables)
-    out = a.output or Path(__file__).parent / "results" / f"policy-{datetime.date.today()}.json"
+    out = a.output or RESULTS / f"policy-{datetime.date.today()}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(report(result))
     print(f"wrote {out}")

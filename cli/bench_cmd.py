@@ -42,9 +42,9 @@ def bench(
     no_startup: bool = typer.Option(False, "--no-startup", help="Skip the start-up measurements."),
 ) -> None:
     """Build, open and replay static caches of several corpus sizes; write results, report and plots."""
-    from lookupkit.bench.plots import make_plots
-    from lookupkit.bench.report import write_report
-    from lookupkit.bench.study import SHARED, Study, StudyConfig
+    from lookupkit.bench.study.plots import make_plots
+    from lookupkit.bench.study.report import write_report
+    from lookupkit.bench.study.run import SHARED, Study, StudyConfig
 
     here = Path(__file__).resolve().parents[1] / "bench"
     base = ensure_dir(out_dir or (here if not quick else Path.cwd() / "lookupkit-bench-quick"),

@@ -7,8 +7,11 @@ import json
 
 import pytest
 
-from lookupkit.bench import engine_rows, engines, llama_server, report_engines as rep
-from lookupkit.bench.engine_runners import accepted_of, record
+from lookupkit.bench import llama_server
+from lookupkit.bench.engines import rows as engine_rows
+from lookupkit.bench.engines import run as engines
+from lookupkit.bench.engines import report as rep
+from lookupkit.bench.engines.runners import accepted_of, record
 from lookupkit.errors import InputError
 import needs
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lookupkit.bench.report import MIN_RUNS, render, verdict
+from lookupkit.bench.study.report import MIN_RUNS, render, verdict
 import needs
 
 
@@ -153,7 +153,7 @@ def test_runs_overrides_either_preset(tmp_path, monkeypatch, quick):
     """`lookupkit bench [--quick] --runs N` sets N (it once collided with the quick preset's own runs)."""
     from typer.testing import CliRunner
 
-    import lookupkit.bench.study as study
+    import lookupkit.bench.study.run as study
     from lookupkit.cli.main import app
     from lookupkit.errors import LookupkitError
 

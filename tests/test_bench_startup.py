@@ -8,8 +8,8 @@ import json
 import subprocess
 import sys
 
-from lookupkit.bench.report_startup import startup_section
-from lookupkit.bench.startup import CHILD, child_env, copy_package, spawn, summary
+from lookupkit.bench.startup.report import startup_section
+from lookupkit.bench.startup.run import CHILD, child_env, copy_package, spawn, summary
 import needs
 
 
@@ -92,14 +92,14 @@ def _probe(ms, numba=False, added=None):
 
 
 def test_the_before_after_table_and_its_targets_rest_on_the_measurements(tmp_path):
-    from lookupkit.bench.report_startup import compare_section, write_compare
+    from lookupkit.bench.startup.report import compare_section, write_compare
 
     after = {"import numpy": _probe(65), "import lookupkit": _probe(2), "import → first draft (warm)": _probe(290),
              "engine": _probe(400), "generate": _probe(430, added=30), "generate-inline": _probe(900, added=500),
              "hook": _probe(520, added=120)}
     before = {"import lookupkit": _probe(330, numba=True), "import → first draft (warm)": _probe(560),
               "generate": _probe(1200, added=800), "hook": _probe(1300, added=900)}
-    data = {"command": "python -m lookupkit.bench.startup_compare --tree B", "machine": {"cores": 2},
+    data = {"command": "python -m lookupkit.bench.startup.compare --tree B", "machine": {"cores": 2},
             "compare": {"runs": 3, "cache": "/x/small.lkc", "cache_bytes": 5e7, "model": "/m/gemma.gguf",
                         "trees": {"after": {"commit": "a" * 40, "probes": after},
                                   "before": {"commit": "b" * 40, "probes": before}}}}

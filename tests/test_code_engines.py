@@ -1,4 +1,4 @@
-"""The code-task engines bench (bench/code_engines.py, issue 15): which files become prompts, the rows (the
+"""The code-task engines bench (bench/code_engines/run.py, issue 15): which files become prompts, the rows (the
 policy without the suffix source makes no suffix lookup, with it drafts from it), the greedy check's
 re-derivation of emitted tokens, the report on synthetic results; and a --quick run on the real model over a
 tiny code task made from hand-made wheels (no download)."""
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookupkit.bench import code_engines as ce, report_code_engines as rep
+from lookupkit.bench.code_engines import run as ce
+from lookupkit.bench.code_engines import report as rep
 from lookupkit.draft import confidence
 from lookupkit.draft.policy import SRC_SUFFIX
 from lookupkit.errors import InputError

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from lookupkit.build import memory_budget as budget
-from lookupkit.bench import scale_gen
-from lookupkit.bench.scale_gen import ZipfMarkov, fit_power, generate, growth
+from lookupkit.bench.scale import gen as scale_gen
+from lookupkit.bench.scale.gen import ZipfMarkov, fit_power, generate, growth
 from lookupkit.build.pipeline import _meta, _tokenize, build_static
 from lookupkit.corpora import TokenFile
 from lookupkit.corpora.stream import TextBudget

@@ -1,4 +1,4 @@
-"""bench/suffix_filter.py end to end on a tiny corpus: its compiled fuse lookup answers as pyfusefilter's
+"""bench/suffix/filter.py end to end on a tiny corpus: its compiled fuse lookup answers as pyfusefilter's
 own, every "no match longer than b" it draws from the filter is true of the corpus (a filter may let a
 non-occurring n-gram through, never stop an occurring one), and its replay's matches are the index's."""
 
@@ -19,9 +19,9 @@ import needs
 
 pyfusefilter = needs.module("pyfusefilter", "pip install pyfusefilter (the bench extra)")
 
-from lookupkit.bench import suffix_filter as sf  # noqa: E402  (after the skip: it needs pyfusefilter)
-from lookupkit.bench import suffix_filter_build as sfb  # noqa: E402
-from lookupkit.bench import suffix_filter_kernels as K  # noqa: E402
+from lookupkit.bench.suffix import filter as sf  # noqa: E402  (after the skip: it needs pyfusefilter)
+from lookupkit.bench.suffix import filter_build as sfb  # noqa: E402
+from lookupkit.bench.suffix import filter_kernels as K  # noqa: E402
 
 ORDERS = [2, 3, 5]
 

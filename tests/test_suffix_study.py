@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from lookupkit.bench import report_suffix, suffix_study
+from lookupkit.bench.suffix import report as report_suffix
+from lookupkit.bench.suffix import run as suffix_study
 from lookupkit.draft import tuning
 
 pytestmark = pytest.mark.filterwarnings("ignore")

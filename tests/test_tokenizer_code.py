@@ -33,7 +33,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lookupkit.bench.tokenize_corpora import stdlib_python
+from lookupkit.bench.tokenize_corpora.run import stdlib_python
 from lookupkit.tokenizer.specials import Partition, Special, _overlap_free, _Plan
 from test_tokenizer_models import _close_oracles, gemma, gemma_path, llama_ids  # noqa: F401 (a fixture)
 
@@ -259,11 +259,11 @@ def test_space_prefix_engines_agree(text, at_start):
     assert got.tolist() == ties.encode_parts(part.split(text, True), at_start).tolist(), json.dumps(text)
 
 
-# -- bench/tokenize_corpora.py's corpora --------------------------------------------------------------
+# -- bench/tokenize_corpora/run.py's corpora --------------------------------------------------------------
 def test_bench_corpora_are_cut_at_line_ends(tmp_path):
     import gzip
 
-    from lookupkit.bench import tokenize_corpora as tc
+    from lookupkit.bench.tokenize_corpora import run as tc
 
     (tmp_path / "a.md").write_text("one\ntwo\n")
     (tmp_path / "b.md.gz").write_bytes(gzip.compress(b"three\nfour\nfive\n"))

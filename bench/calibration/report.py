@@ -1,4 +1,4 @@
-"""The calibration study's section of RESULTS.md (bench/calibration.py's JSON): the verify-cost curve
+"""The calibration study's section of RESULTS.md (bench/calibration/run.py's JSON): the verify-cost curve
 with its noise, the expected speed-up of each static cache, and the cost model against wall clock."""
 
 from __future__ import annotations

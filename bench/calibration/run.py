@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from lookupkit.bench.models import bench_dir, ensure_model
-from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
 
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 SIZES = (0, 25, 50, 100, 200, 541)

@@ -1,4 +1,4 @@
-"""The code-task engines bench's results (bench/code_engines.py) as bench/ENGINES_CODE.md.
+"""The code-task engines bench's results (bench/code_engines/run.py) as bench/ENGINES_CODE.md.
 
 Per row, from one results JSON: tokens/s of each generation (generated tokens / generation time after the
 first token), the median over repetitions per prompt, then the median over prompts with its min-max; the
@@ -11,7 +11,7 @@ as a ratio; and the untimed greedy check (every emitted token the argmax of its 
 same tokens as the timed run, and which sources drafted: the row without the suffix source drafts none
 from it).
 
-    python -m lookupkit.bench.report_code_engines bench/results/code-engines-<date>-vm.json
+    python -m lookupkit.bench.code_engines.report bench/results/code-engines-<date>-vm.json
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from pathlib import Path
 
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
-from lookupkit.bench.report_engines import first_divergence, plain_row
+from lookupkit.bench.engines.report import first_divergence, plain_row
+from lookupkit.bench.harness import output_dir
 
-HERE = Path(__file__).resolve().parent
+HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 SUFFIX = "sx"  # rules.SOURCE_NAMES of the suffix source
 
 
@@ -207,7 +208,7 @@ def render_markdown(data: dict, results_name: str) -> str:
     prompts = data.get("prompts", [])
     n_rounds = len({(r["prompt"], r["rep"]) for r in data["runs"]})
     md = ["## Engines on the code task: Gemma 3 270M, the suffix source on and off (issue 15)", "",
-          f"Rendered by `python -m lookupkit.bench.report_code_engines bench/results/{results_name}` from one run of "
+          f"Rendered by `python -m lookupkit.bench.code_engines.report bench/results/{results_name}` from one run of "
           f"{data['date']} ({data.get('wall_s', 0) / 60:.0f} min, {n_rounds} prompt rounds, commit "
           f"`{(git.get('commit') or '?')[:10]}`{', dirty tree' if git.get('dirty') else ''}; {m.get('cpu')}, "
           f"{m.get('cores')} cores; load average {la.get('before_runs', [0])[0]:.1f} before the timed rows, "
@@ -244,7 +245,7 @@ def render_markdown(data: dict, results_name: str) -> str:
           "arithmetic; the greedy check below is what shows the drafted rows are still greedy).", "",
           "### Greedy check (untimed, after the timed rounds)", "", *greedy_lines(data), "",
           "### Reproduce", "", "```bash", "python -m lookupkit.bench.llama_server",
-          data.get("command", ""), f"python -m lookupkit.bench.report_code_engines bench/results/{results_name}",
+          data.get("command", ""), f"python -m lookupkit.bench.code_engines.report bench/results/{results_name}",
           "```", ""]
     return "\n".join(md)
 
@@ -260,7 +261,7 @@ def render(results: Path, md_out: Path = HERE / "ENGINES_CODE.md") -> str:
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.exit("usage: python -m lookupkit.bench.report_code_engines bench/results/code-engines-<date>-vm.json")
+        sys.exit("usage: python -m lookupkit.bench.code_engines.report bench/results/code-engines-<date>-vm.json")
     try:
         print(render(Path(argv[0])))
     except InputError as exc:

@@ -1,6 +1,6 @@
 """Gemma 3 270M on the code task (issue 15): the policy with the suffix source beside the same row without it.
 
-The engines bench (bench/engines.py) on the django 4.2 -> 5.0 code task of bench/suffix_code_task.py, in one
+The engines bench (bench/engines/run.py) on the django 4.2 -> 5.0 code task of bench/suffix_code_task.py, in one
 run with its machinery (rows interleaved and rotated per prompt, every llama-server loaded at once, the
 results rewritten after every round, --deadline). Rows, each generating exactly --n-new greedy tokens per
 prompt (an end-of-generation token does not stop them; 2 threads): llama-server b11434 with no drafting,
@@ -26,7 +26,7 @@ are counted (the row without the suffix source must draft none from it).
 with and without the index); --caches DIR: code-o6-sx.lkc (`lookup-create --orders 2-6 --suffix-index` of
 the earlier release) and code-2.lkc (2-gram only). Writes bench/results/code-engines-<date>-vm.json
 (--quick: code-engines-quick.json in the bench cache) and, with --report, bench/ENGINES_CODE.md
-(bench/report_code_engines.py; --quick: ENGINES_CODE-quick.md in the bench cache).
+(bench/code_engines/report.py; --quick: ENGINES_CODE-quick.md in the bench cache).
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ import numpy as np
 from lookupkit.errors import InputError, LookupkitError
 from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
-from lookupkit.bench.engine_rows import public, server_rows
-from lookupkit.bench.engines import calibrated_curve, deadline_of, expected_runs, log, run_all, to_lcs, versions
+from lookupkit.bench.engines.rows import public, server_rows
+from lookupkit.bench.engines.run import calibrated_curve, deadline_of, expected_runs, log, run_all, to_lcs, versions
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.provenance import RESULTS, git_state, machine
+from lookupkit.bench.harness import RESULTS, git_state, machine
 
 TASK = "code"
 CACHE_SX, CACHE_2 = "code-o6-sx.lkc", "code-2.lkc"  # in --caches
@@ -236,7 +236,7 @@ def main(argv=None) -> None:
 
 def _main(args) -> None:
     from lookupkit import StaticCache
-    from lookupkit.bench.engine_runners import LlamaCppRunner
+    from lookupkit.bench.engines.runners import LlamaCppRunner
     from lookupkit.verify_cost import VerifyCost, load_curve
 
     date = datetime.date.today().isoformat()
@@ -311,7 +311,7 @@ def _main(args) -> None:
     checkpoint(runs, greedy_checks=greedy_checks(lcpp.llm, rows, prompts, runs, args.n_new))
     log(f"wrote {out}")
     if args.report:
-        from lookupkit.bench.report_code_engines import HERE, render
+        from lookupkit.bench.code_engines.report import HERE, render
 
         print(render(out, bench_dir() / "ENGINES_CODE-quick.md" if args.quick else HERE / "ENGINES_CODE.md"))
 

@@ -3,7 +3,7 @@ lookupkit's StaticCache.open, and what the replay predicts a generation costs.
 
 The prediction prices every call `replay_generation` finds on a row's own generated tokens with the
 calibrated curve (cost units of one plain decoding step); times the calibrated t1 it is the predicted
-generation time (bench/report_engines.py). The replay's calls are compared with the engine's own.
+generation time (bench/engines/report.py). The replay's calls are compared with the engine's own.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The engines bench's results as bench/ENGINES.md (tables, targets of issue 13 item 6) and bench/plots/engines.png.
 
-Everything here is computed from one results JSON (bench/engines.py): per row and task the tokens/s of
+Everything here is computed from one results JSON (bench/engines/run.py): per row and task the tokens/s of
 each repetition (all prompts' tokens over their generation time; mean, min and max over repetitions),
 end-to-end time with the prompts, drafted/accepted, accepted tokens per draft call, the speed-up over
 the same engine's plain row, the replay's predicted generation time (calibrated t1 x the curve's cost of
@@ -8,7 +8,7 @@ every call replay_generation finds on the generated tokens) against the measured
 row's output diverges from the plain row of its engine beside the floor (a plain row with 32-token
 batches). A target is "met" / "**not met**" only from measured figures, else "not measured".
 
-    python -m lookupkit.bench.report_engines bench/results/engines-<date>-vm.json
+    python -m lookupkit.bench.engines.report bench/results/engines-<date>-vm.json
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
-from lookupkit.bench.engine_rows import cache_command
+from lookupkit.bench.engines.rows import cache_command
+from lookupkit.bench.harness import output_dir
 
-HERE = Path(__file__).resolve().parent
+HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 PREDICT_TOLERANCE = 0.15  # issue 13 item 6: replay + calibration within 15 % of measured generation time
 ENGINE_COLORS = {"llama-server": "#4c72b0", "llama-cpp-python": "#dd8452", "transformers": "#55a868"}
 
@@ -223,7 +224,7 @@ def render_markdown(data: dict, figs: dict, results_name: str) -> str:
     a = data.get("args", {})
     v = data.get("versions", {})
     md = ["## Engines side by side: Gemma 3 270M (issue 13)", "",
-          f"Rendered by `python -m lookupkit.bench.report_engines bench/results/{results_name}` from one run of "
+          f"Rendered by `python -m lookupkit.bench.engines.report bench/results/{results_name}` from one run of "
           f"{data['date']} ({data['wall_s'] / 60:.0f} min, commit `{(git.get('commit') or '?')[:10]}`"
           f"{', dirty tree' if git.get('dirty') else ''}; machine {data['machine'].get('cpu')}, "
           f"{data['machine'].get('cores')} cores; load average {la.get('before_runs', [0])[0]:.1f} before the timed rows, "
@@ -272,7 +273,7 @@ def render_markdown(data: dict, figs: dict, results_name: str) -> str:
            *[cache_command(c) for c in data.get("caches", {})],
            f"lookupkit calibrate -m gemma-3-270m -o {Path(cal.get('source') or 'curve.json').name} --max-k "
            f"{max(map(int, cal['curve'])) if cal.get('curve') else 64} --threads {a.get('threads')}",
-           data.get("command", ""), f"python -m lookupkit.bench.report_engines bench/results/{results_name}", "```", "",
+           data.get("command", ""), f"python -m lookupkit.bench.engines.report bench/results/{results_name}", "```", "",
            "![tokens/s per row and task](plots/engines.png)", ""]
     return "\n".join(md)
 
@@ -318,7 +319,7 @@ def render(results: Path, md_out: Path = HERE / "ENGINES.md", png_out: Path = HE
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.exit("usage: python -m lookupkit.bench.report_engines bench/results/engines-<date>-vm.json")
+        sys.exit("usage: python -m lookupkit.bench.engines.report bench/results/engines-<date>-vm.json")
     try:
         print(render(Path(argv[0])))
     except InputError as exc:

@@ -25,7 +25,7 @@ says whether every planned generation ran).
 --caches DIR holds gemma-wiki{25,100,541}.lkc and gemma-wiki541-o6.lkc (whichever exist are used; the
 missing are reported), built by lookup-create from wiki541.txt.zst (`cache_command`). Writes
 bench/results/engines-<date>-vm.json (--quick: engines-quick.json in the bench cache) and, with
---report, bench/ENGINES.md and bench/plots/engines.png (bench/report_engines.py).
+--report, bench/ENGINES.md and bench/plots/engines.png (bench/engines/report.py).
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from pathlib import Path
 from lookupkit.errors import LookupkitError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
-from lookupkit.bench.engine_rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows, public, rule_cache, server_rows
-from lookupkit.bench.engine_costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
+from lookupkit.bench.engines.rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows, public, rule_cache, server_rows
+from lookupkit.bench.engines.costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
 from lookupkit.bench.generations import PROMPT_WORDS, paragraphs, prompt_text
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
 
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
 TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
@@ -243,7 +243,7 @@ def _main(args) -> None:
     runners, rows = {}, []
     lcpp = None
     if "llama-cpp-python" in args.engines or binary:
-        from lookupkit.bench.engine_runners import LlamaCppRunner
+        from lookupkit.bench.engines.runners import LlamaCppRunner
 
         lcpp = LlamaCppRunner(args.model, args.threads)
     paras = select_paragraphs(VALID, args.prompts, args.seed)
@@ -266,7 +266,7 @@ def _main(args) -> None:
         runners["llama-cpp-python"] = lcpp.run
     hf_load_s = None
     if "transformers" in args.engines:
-        from lookupkit.bench.engine_runners import TransformersRunner
+        from lookupkit.bench.engines.runners import TransformersRunner
 
         hf = TransformersRunner(args.model, args.threads)
         hf_load_s = hf.t_load_s
@@ -306,7 +306,7 @@ def _main(args) -> None:
             s.__exit__(None, None, None)
     log(f"wrote {out}")
     if args.report:
-        from lookupkit.bench.report_engines import render
+        from lookupkit.bench.engines.report import render
 
         render(out)
 

@@ -1,7 +1,7 @@
 """`lookup-create --ray local` with 1 and 2 workers (Ray CPUs), against the local build with as many jobs.
 
-    python -m lookupkit.bench.ray_bench                      # text 25 MB (qwen2) and 30.5 M synthetic ids, 3 runs
-    python -m lookupkit.bench.ray_bench --runs 1 --text-bytes 5MB
+    python -m lookupkit.bench.scale.ray                      # text 25 MB (qwen2) and 30.5 M synthetic ids, 3 runs
+    python -m lookupkit.bench.scale.ray --runs 1 --text-bytes 5MB
 
 Every build is a child process (`lookup-create ... --json`): wall time (including starting and
 stopping the local Ray instance), the build's phases, the driver's peak RSS and the process tree's
@@ -24,10 +24,10 @@ from pathlib import Path
 import psutil
 
 from lookupkit.bench.measure import run, script
-from lookupkit.bench.scale import DATA, HERE, _count, corpus
-from lookupkit.bench.scale_gen import ZipfMarkov
+from lookupkit.bench.harness import SHARED, output_dir
+from lookupkit.bench.scale.run import DATA, _count, corpus
+from lookupkit.bench.scale.gen import ZipfMarkov
 
-SHARED = Path(os.environ.get("LOOKUPKIT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 BEGIN, END = "<!-- ray:begin -->", "<!-- ray:end -->"
 
 
@@ -77,7 +77,7 @@ def build(args: list[str], out: Path, ray: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.ray_bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.scale.ray", description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--text-bytes", default="25MB")
     ap.add_argument("--ids", default="30.5M", help="synthetic ids (the scale test's corpus prefix)")
@@ -127,7 +127,7 @@ def table(res: dict) -> str:
 
 
 def report(res: dict) -> None:
-    md = HERE / "SCALE.md"
+    md = output_dir() / "SCALE.md"
     text = md.read_text() if md.exists() else "# Scale test\n"
     if BEGIN not in text:
         text += f"\n{BEGIN}\n{END}\n"

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from lookupkit.bench.harness import bench_dir, output_dir
 from lookupkit.bench.measure import run, script
-from lookupkit.bench.scale_gen import ZipfMarkov, fit_power, generate, growth
+from lookupkit.bench.scale.gen import ZipfMarkov, fit_power, generate, growth
 
-HERE = Path(__file__).resolve().parent
-DATA = Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench" / "scale"
+DATA = bench_dir() / "scale"
 SIZES = "30.5M,61M,122M,244M,610M"
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 
@@ -203,13 +203,13 @@ def table(res: dict) -> str:
 
 
 def report(res: dict) -> None:
-    md = HERE / "SCALE.md"
+    md = output_dir() / "SCALE.md"
     text = md.read_text() if md.exists() else f"# Scale test\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text:
         text += f"\n{BEGIN}\n{END}\n"
     head, rest = text.split(BEGIN, 1)
     md.write_text(head + BEGIN + "\n" + table(res) + "\n" + END + rest.split(END, 1)[1])
-    plot(res, HERE / "plots" / "scale.png")
+    plot(res, output_dir() / "plots" / "scale.png")
 
 
 def plot(res: dict, path: Path) -> None:

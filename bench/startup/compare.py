@@ -17,7 +17,7 @@ are taken inside the child (perf_counter from its first line), so the interprete
   tree only) = the same with every lookupkit warm-up run inline instead of in a thread. What lookupkit
   adds = the probe minus `engine` of the same round, median over rounds.
 
-    python -m lookupkit.bench.startup_compare --tree /work/startup-before --runs 7
+    python -m lookupkit.bench.startup.compare --tree /work/startup-before --runs 7
 
 writes bench/results/startup-compare-<date>-<host>-t<threads>.json and bench/STARTUP.md (bench.report_startup:
 one section per --threads run of that day).
@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
-from lookupkit.bench.startup import CHILD, EVAL, REPO, SHARED, child_env, copy_package, log_default, spawn, summary
+from lookupkit.bench.harness import RESULTS, git_state, output_dir, machine, warm_file
+from lookupkit.bench.startup.run import CHILD, EVAL, REPO, SHARED, child_env, copy_package, log_default, spawn, summary
 
 PROMPT_TEXT = SHARED / "corpora" / "wiki.test.raw"
 
@@ -173,7 +173,7 @@ def default_model() -> Path | None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m lookupkit.bench.startup_compare")
+    p = argparse.ArgumentParser(prog="python -m lookupkit.bench.startup.compare")
     p.add_argument("--tree", type=Path, help="another checkout to measure beside this one (the before tree)")
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--cache", type=Path, required=True, help="a small static cache of the model's vocabulary "
@@ -183,7 +183,7 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=2, help="the model's threads (2 = every core here: the load then "
                    "leaves no core to a background warm-up)")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--report", type=Path, default=REPO / "bench" / "STARTUP.md")
+    p.add_argument("--report", type=Path, default=output_dir() / "STARTUP.md")
     a = p.parse_args(argv)
     if not a.cache.exists():
         sys.exit(f"no static cache {a.cache}: pass --cache (lookup-create -m $(lookupkit model gemma-3-270m) "
@@ -191,7 +191,7 @@ def main(argv=None) -> None:
     trees = {"after": REPO, **({"before": a.tree.resolve()} if a.tree else {})}
     warm_file(a.cache)
     data = {"machine": machine(), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "command": "python -m lookupkit.bench.startup_compare " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m lookupkit.bench.startup.compare " + " ".join(argv if argv is not None else sys.argv[1:]),
             "compare": run_compare(trees, a.runs, a.cache, a.tokens, None if a.no_model else default_model(), a.threads)}
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     data["machine"]["loadavg_at_end"] = os.getloadavg()
@@ -199,7 +199,7 @@ def main(argv=None) -> None:
     stem = f"startup-compare-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}"
     out = a.out_dir / f"{stem}-t{a.threads}.json"
     out.write_text(json.dumps(data, indent=1))
-    from lookupkit.bench.report_startup import write_compare
+    from lookupkit.bench.startup.report import write_compare
 
     write_compare([json.loads(f.read_text()) for f in sorted(a.out_dir.glob(f"{stem}-t*.json"))], a.report)
     print(out)

@@ -1,11 +1,11 @@
-"""The start-up section of RESULTS.md (bench/startup.py's measurements): import to first draft in fresh
+"""The start-up section of RESULTS.md (bench/startup/run.py's measurements): import to first draft in fresh
 processes (warm, fresh install, read-only install), private memory, and which commands pay for numba."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lookupkit.bench.guards import MB, verdict
+from lookupkit.bench.harness import MB, verdict
 
 
 def _ms(summary: dict | None, scale: float = 1e3, digits: int = 0) -> str:
@@ -153,7 +153,7 @@ COMPARE_ROWS = (("import numpy", "`import numpy` (the reference)"), ("import loo
 
 
 def compare_section(data: dict) -> list[str]:
-    """bench/startup_compare.py's before/after table and its two targets."""
+    """bench/startup/compare.py's before/after table and its two targets."""
     cmp = data["compare"]
     trees = cmp["trees"]
     names = list(trees)
@@ -200,7 +200,7 @@ def write_compare(runs: list[dict], path: Path) -> None:
     """bench/STARTUP.md from startup_compare results, one section each (written atomically)."""
     from lookupkit.files import atomic_writer
 
-    text = "\n".join(["# Start-up", "", "Written by `python -m lookupkit.bench.startup_compare` "
+    text = "\n".join(["# Start-up", "", "Written by `python -m lookupkit.bench.startup.compare` "
                       "(bench/results/startup-compare-*.json).", "", *(ln for d in runs for ln in compare_section(d))])
     with atomic_writer(path) as f:
         f.write(text.encode())

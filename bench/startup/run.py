@@ -43,10 +43,9 @@ import time
 import tomllib
 from pathlib import Path
 
-from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
+from lookupkit.bench.harness import RESULTS, SHARED, source_checkout, git_state, machine, warm_file
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+REPO = source_checkout() or Path(__file__).resolve().parents[2]  # copy_package copies a checkout's layout
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 TARGETS = {"warm_ms": 300.0, "fresh_s": 20.0}
 

@@ -6,7 +6,7 @@ drafted position) and counts the distinct pages those lookups reach: the constma
 along binary searches (what counting candidates touches), in the file's canonical run order and in a
 hottest-2-gram-first order. The kernel's fault-around and readahead add pages beyond these.
 
-    python -m lookupkit.bench.pagemodel CACHE.lkc EVAL.i32 [--ctx 4096] [--draft 8]
+    python -m lookupkit.bench.study.pagemodel CACHE.lkc EVAL.i32 [--ctx 4096] [--draft 8]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from matplotlib.ticker import FuncFormatter
 
-from lookupkit.bench.report import MB, Results, open_values
+from lookupkit.bench.study.report import MB, Results, open_values
 
 COLORS = {"lookupkit": "tab:blue", "llama.cpp": "tab:red"}
 

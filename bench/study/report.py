@@ -7,8 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
-from lookupkit.bench.guards import MB, MIN_RUNS, verdict  # noqa: F401  (re-exported: the report's guards)
-from lookupkit.bench.report_startup import startup_section
+from lookupkit.bench.harness import MB, MIN_RUNS, SHARED, verdict  # noqa: F401  (re-exported: the report's guards)
+from lookupkit.bench.startup.report import startup_section
 
 # anchors.md: the fork (Apple M4 Pro) and upstream llama.cpp measured on this kind of machine, 541 MB
 TARGETS = {"open_ms": 1.0, "rss_growth_mb": 1.0, "static_mem_mb": 200.0, "us_per_token": 1.0,
@@ -119,8 +119,8 @@ def _cmd_line(res: "Results", kind: str, impl: str = "lookupkit", size: int | No
 
 
 def render(data: dict, calibrations: list[dict] = (), startup: dict | None = None) -> str:
-    """The report of one study; `startup` (bench/startup.py's JSON) replaces the study's own start-up
-    section, `calibrations` (bench/calibration.py's JSON) add the "will it pay" section."""
+    """The report of one study; `startup` (bench/startup/run.py's JSON) replaces the study's own start-up
+    section, `calibrations` (bench/calibration/run.py's JSON) add the "will it pay" section."""
     if startup:
         data = {**data, "startup": startup["startup"], "startup_command": startup.get("command"),
                 "startup_run": f"{startup.get('started')}, commit {str(startup.get('commit'))[:12]}"
@@ -147,7 +147,7 @@ def render(data: dict, calibrations: list[dict] = (), startup: dict | None = Non
         lines += _replay_table(res, unit, d)
     lines += _cold_replay_table(res, unit) + _tie_rule_section() + _share_table(res) + startup_section(data) + _targets(res)
     if calibrations:
-        from lookupkit.bench.report_calibration import render_calibration
+        from lookupkit.bench.calibration.report import render_calibration
 
         lines += ["## Will it pay on a 0.5B model? Verify-cost curve, expected speed-up, wall clock", "",
                   "From `python -m lookupkit.bench.calibration` (its own runs, commands and dates below; not part of "
@@ -255,7 +255,7 @@ def _replay_table(res: Results, unit: str, d: int) -> list[str]:
 def _tie_rule_section() -> list[str]:
     """What "acceptance identical to llama.cpp's code under lookupkit's tie rule" rests on: llama.cpp's own
     code run with the smallest-id tie rule on ../shared/reference (cases.json), beside unmodified llama.cpp."""
-    cases = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "cases.json"
+    cases = SHARED / "reference" / "cases.json"
     try:
         rows = json.loads(cases.read_text())
     except (OSError, ValueError):
@@ -382,10 +382,10 @@ def write_report(results_json: Path, out_md: Path, calibrations: list[Path] = ()
 
 
 def main(argv=None) -> None:
-    """python -m lookupkit.bench.report --study S.json [--startup X.json] [--calibration C.json ...] -o RESULTS.md"""
+    """python -m lookupkit.bench.study.report --study S.json [--startup X.json] [--calibration C.json ...] -o RESULTS.md"""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m lookupkit.bench.report")
+    p = argparse.ArgumentParser(prog="python -m lookupkit.bench.study.report")
     p.add_argument("--study", type=Path, required=True)
     p.add_argument("--startup", type=Path)
     p.add_argument("--calibration", type=Path, action="append", default=[])

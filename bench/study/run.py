@@ -22,7 +22,7 @@ import numpy as np
 from lookupkit.bench import llamacpp
 from lookupkit.errors import LookupkitError
 from lookupkit.bench.measure import python_module, run, script
-from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine, warm_file
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine, warm_file
 
 
 
@@ -177,7 +177,7 @@ class Study:
                 warm_file(lkc)
 
     def share(self, size: int, lkc: Path) -> None:
-        from lookupkit.bench.sharing import measure_sharing
+        from lookupkit.bench.study.sharing import measure_sharing
 
         warm_file(lkc)
         for n in self.cfg.share:
@@ -188,7 +188,7 @@ class Study:
 
     def startup(self, size: int, lkc: Path) -> None:
         """Start-up: import to first draft (warm), fresh install, read-only install, private memory."""
-        from lookupkit.bench.startup import run_startup
+        from lookupkit.bench.startup.run import run_startup
 
         warm_file(lkc)
         quick = self.cfg.name == "quick"

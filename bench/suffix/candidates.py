@@ -1,8 +1,8 @@
 """Judge the suffix-array builders on Gemma 3 token ids (issue 15): libdivsufsort (pydivsufsort, 3 bytes per
 token), the in-package numba prefix doubling, and infini-gram 2.6.0's Rust indexer + C++ engine.
 
-    python -m lookupkit.bench.suffix_candidates IDS.i32 --tokens 5586362 --builder divsufsort
-    python -m lookupkit.bench.suffix_candidates IDS.i32 --tokens 5586362 --builder infini --work /tmp/ig
+    python -m lookupkit.bench.suffix.candidates IDS.i32 --tokens 5586362 --builder divsufsort
+    python -m lookupkit.bench.suffix.candidates IDS.i32 --tokens 5586362 --builder infini --work /tmp/ig
 
 Each run is one process (peak RSS is the process'); IDS.i32 is raw little-endian int32 ids (one document).
 Prints one JSON line: seconds, peak RSS, bytes per token on disk where there is a file.

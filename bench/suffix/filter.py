@@ -9,7 +9,7 @@ lookup compiled beside the search: bench.suffix_filter_kernels), and the oracle 
 length (the most any filter could save) -- each in a fresh process, once with the page cache dropped
 (cold) and again (warm), and checks the filter's bounds against the index's answers at every call.
 
-    python -m lookupkit.bench.suffix_filter --cache /work/caches/gemma-wiki541-sx.lkc \
+    python -m lookupkit.bench.suffix.filter --cache /work/caches/gemma-wiki541-sx.lkc \
         --eval-ids /work/data/wikitest.i32 --orders 2,4,8 --runs 3 --out bench/results/x.json
 """
 
@@ -76,7 +76,7 @@ def resident(path: Path) -> float:
 
 def replay_arrays(index, ev, p0, p1, n_run, mode, flt=None, truth=None):
     """The compiled replay of draft calls at positions p0 .. p1 - 1; (lens, bounds, runs) per call."""
-    from . import suffix_filter_kernels as K
+    from lookupkit.bench.suffix import filter_kernels as K
 
     n = p1 - p0
     lens, bounds, runs = (np.zeros(n, np.int64) for _ in range(3))
@@ -94,7 +94,7 @@ def child(a) -> None:
     instead of the kernel's read-around (read_ahead_kb around each fault)."""
     from lookupkit import StaticCache
 
-    from .suffix_filter_build import load_filter
+    from lookupkit.bench.suffix.filter_build import load_filter
 
     ev = np.fromfile(a.eval_ids, "<i4").astype(np.int64)
     out = {"variant": a.variant, "advice": a.advice, "load": os.getloadavg()[0],
@@ -121,7 +121,7 @@ def child(a) -> None:
 
 
 def probes_of(lens, bounds) -> dict:
-    from .suffix_filter_kernels import probe_counts
+    from lookupkit.bench.suffix.filter_kernels import probe_counts
 
     out = np.zeros((len(lens), 2), np.int64)
     probe_counts(lens, bounds, out)
@@ -144,7 +144,7 @@ def filter_accounting(index, ev, p0, p1, flt, truth) -> dict:
     """What the filter answers at each call, checked against the index: never a bound below the true match
     (no false negative), the same matches and runs; how often it cut the bound, to the match, to <= 1 (the
     search then reads only the first-token table), and its lookups per call."""
-    from .suffix_filter_kernels import ORDER
+    from lookupkit.bench.suffix.filter_kernels import ORDER
 
     lens, bounds, runs = truth
     f_lens, f_bounds, f_runs = replay_arrays(index, ev, p0, p1, N_RUN, "filtered", flt)
@@ -164,7 +164,7 @@ def filter_accounting(index, ev, p0, p1, flt, truth) -> dict:
 def evict_and_run(a, variant: str, advice: str, paths: list[Path], extra: list[str]) -> dict:
     load = wait_quiet(a.max_load, a.patience)
     how = evict(paths, a.evict)
-    cmd = [sys.executable, "-m", "lookupkit.bench.suffix_filter", "--child", "--variant", variant, "--advice", advice,
+    cmd = [sys.executable, "-m", "lookupkit.bench.suffix.filter", "--child", "--variant", variant, "--advice", advice,
            "--cache", str(paths[0]), "--eval-ids", a.eval_ids, *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd="/tmp")
     row = {**json.loads(out.stdout.strip().splitlines()[-1]), "load_at_start": load, "evicted_by": how}
@@ -176,7 +176,7 @@ def measure_size(a, cache_path: Path, ev: np.ndarray, designs: list[list[int]], 
     """Filters (built or reused), accounting and the timed processes for one cache."""
     from lookupkit import StaticCache
 
-    from .suffix_filter_build import build_filter, load_filter, python_api_costs, save_filter
+    from lookupkit.bench.suffix.filter_build import build_filter, load_filter, python_api_costs, save_filter
 
     cache = StaticCache.open(cache_path)
     index = cache.suffix
@@ -265,7 +265,7 @@ def main(argv=None) -> None:
         return child(a)
     from lookupkit.errors import LookupkitError
 
-    from .provenance import git_state, machine
+    from lookupkit.bench.harness import git_state, machine
 
     try:
         designs = [sorted({int(k) for k in d.split(",")}) for d in a.orders]
@@ -279,7 +279,7 @@ def main(argv=None) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     ev = np.fromfile(a.eval_ids, "<i4").astype(np.int64)
-    res = {"machine": machine(), "git": git_state(), "command": " ".join(["python -m lookupkit.bench.suffix_filter",
+    res = {"machine": machine(), "git": git_state(), "command": " ".join(["python -m lookupkit.bench.suffix.filter",
            *(argv if argv is not None else sys.argv[1:])]), "designs": designs, "max_len": MAX_LEN, "n_run": N_RUN,
            "eval_ids": a.eval_ids, "eval_tokens": len(ev), "pays_threshold": PAYS,
            "sizes": []}

@@ -1,4 +1,4 @@
-"""Building the n-gram membership filters bench/suffix_filter.py measures: pyfusefilter's Fuse8 (binary fuse,
+"""Building the n-gram membership filters bench/suffix/filter.py measures: pyfusefilter's Fuse8 (binary fuse,
 8-bit fingerprints, ~9 bits per key) over the distinct keys of every n-gram of the corpus text of each order,
 populated through pyfusefilter's C library and read back from its serialized form into the arrays the
 compiled lookup (bench.suffix_filter_kernels.fuse_contains) reads; and what calling it from Python costs.
@@ -52,7 +52,7 @@ def sorted_distinct(keys: np.ndarray) -> np.ndarray:
 
 def build_filter(text: np.ndarray, orders: list[int]) -> tuple[np.ndarray, np.ndarray, dict]:
     """(params, fingerprints, stats): one Fuse8 per order over the distinct keys of the text's n-grams."""
-    from .suffix_filter_kernels import gram_keys
+    from lookupkit.bench.suffix.filter_kernels import gram_keys
 
     rows, fps, stats = [], [], {"orders": {}}
     t_all = time.perf_counter()

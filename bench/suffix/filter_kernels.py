@@ -1,4 +1,4 @@
-"""The compiled half of bench/suffix_filter.py: n-gram keys, a binary fuse filter's lookup over
+"""The compiled half of bench/suffix/filter.py: n-gram keys, a binary fuse filter's lookup over
 pyfusefilter's arrays, and the drafter's sequential suffix search replayed three ways (plain, bounded by
 the filter, and the oracle that probes only the true match length: what no filter can beat).
 

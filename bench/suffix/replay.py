@@ -3,7 +3,7 @@ longest corpus match of the last --max-len tokens and the run its occurrences ag
 the tokens that really follow. Also times the calls and the index's build and open.
 
     lookup-create --tokens wiki25.i32 --suffix-index -lcs wiki25.lkc      # the index: a version-3 .lkc
-    python -m lookupkit.bench.suffix_replay --cache wiki25.lkc --eval-ids wikitest.gemma.i32
+    python -m lookupkit.bench.suffix.replay --cache wiki25.lkc --eval-ids wikitest.gemma.i32
 
 The index is `StaticCache.open(--cache).suffix`. A --cache that does not exist is built first, by
 lookup-create's code (build_static with suffix_index, no vocabulary, --jobs, --memory-budget) from

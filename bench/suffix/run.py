@@ -1,7 +1,7 @@
 """Issue 15's benchmark in one run: what the suffix index costs and what drafting from it pays.
 
-    python -m lookupkit.bench.suffix_study --report            # 25/100/541 MB WikiText + the django code task
-    python -m lookupkit.bench.suffix_study --quick -o /tmp/q.json --work /tmp/qwork   # seconds, tiny inputs
+    python -m lookupkit.bench.suffix --report            # 25/100/541 MB WikiText + the django code task
+    python -m lookupkit.bench.suffix --quick -o /tmp/q.json --work /tmp/qwork   # seconds, tiny inputs
 
 Per corpus of token ids: `lookup-create --tokens ... -j 2` in four VARIANTS, each timed with the peak RSS of
 its process tree; the index's bytes per token from the .lkc header; StaticCache.open(path).suffix timed in
@@ -40,9 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.bench import report_suffix
+from lookupkit.bench.suffix import report as report_suffix
 from lookupkit.bench.measure import last_json, run_tree, script
-from lookupkit.bench.provenance import RESULTS, git_state, machine
+from lookupkit.bench.harness import RESULTS, git_state, machine
 from lookupkit.files import default_root
 
 DATA = Path(os.environ.get("LOOKUPKIT_BENCH_DATA") or default_root() / "bench" / "data")  # where the prepared ids are
@@ -370,7 +370,7 @@ def run(argv: list[str]) -> None:
         if not p.exists():
             raise SystemExit(f"error: {p} does not exist (held-out ids for the prose corpora)")
     result = {"study": "suffix-study", "started": _now(), "quick": a.quick,
-              "command": shlex.join(["python", "-m", "lookupkit.bench.suffix_study", *argv]),
+              "command": shlex.join(["python", "-m", "lookupkit.bench.suffix", *argv]),
               "git": git_state(), "machine": machine(), "n_ctx": N_CTX, "costs": list(COSTS), "timed_cost": TIMED_COST,
               "rule_draft": RULE_DRAFT, "policy_draft": POLICY_DRAFT, "memory_budget": a.memory_budget, "jobs": a.jobs,
               "build_runs": a.build_runs, "timing_runs": a.timing_runs, "note": a.note, "corpora": {}}

@@ -44,8 +44,8 @@ import numpy as np
 from lookupkit.build.memory_budget import parse_size
 from lookupkit.tokenizer import Tokenizer
 
-from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
-from lookupkit.bench.tokenize_speed import corpus_bytes, llama_cpp_ids, spread
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.tokenize_corpora.speed import corpus_bytes, llama_cpp_ids, spread
 
 DOC = Path("/usr/share/doc")
 # name -> (file name patterns, where: "doc" = /usr/share/doc, "site" = site-packages, "stdlib" = all of it)

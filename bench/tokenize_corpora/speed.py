@@ -1,6 +1,6 @@
 """Tokenizer throughput for Gemma 3's vocabulary: one core, two processes, and llama.cpp on the same bytes.
 
-    python -m lookupkit.bench.tokenize_speed [--model GGUF] [--corpus wiki541.txt.zst] [--mb 25] [--runs 3]
+    python -m lookupkit.bench.tokenize_corpora.speed [--model GGUF] [--corpus wiki541.txt.zst] [--mb 25] [--runs 3]
 
 The text is the first --mb MB of the corpus cut at a line end, decoded, one trailing "\\n" stripped,
 tokenized as lookup-create does (BOS, specials parsed). Rows:
@@ -39,7 +39,7 @@ from lookupkit.corpora import TextFile
 from lookupkit.corpora.stream import Consumed, TextBudget
 from lookupkit.tokenizer import Tokenizer
 
-from lookupkit.bench.provenance import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
 
 _TOK = None  # the forked workers' tokenizer (inherited, not pickled)
 

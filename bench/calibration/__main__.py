@@ -1,0 +1,3 @@
+from lookupkit.bench.calibration.run import main
+
+main()

@@ -1,0 +1,3 @@
+from lookupkit.bench.code_engines.run import main
+
+main()

@@ -1,0 +1,3 @@
+from lookupkit.bench.engines.run import main
+
+main()

@@ -1,0 +1,3 @@
+from lookupkit.bench.scale.run import main
+
+main()

@@ -1,0 +1,3 @@
+from lookupkit.bench.startup.run import main
+
+main()

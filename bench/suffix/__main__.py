@@ -1,0 +1,3 @@
+from lookupkit.bench.suffix.run import main
+
+main()

@@ -1,0 +1,3 @@
+from lookupkit.bench.tokenize_corpora.run import main
+
+main()
