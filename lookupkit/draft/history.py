@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from ..counts.history_index import MAX_LOG, SEPARATOR, clear_slots, insert_positions, new_hist, view
+from ..counts.history_index import MAX_LOG, SEPARATOR, clear_slots, insert_positions, new_hist, slots_for, view
 from ..counts.match_index import MATCH_LENGTHS
 from ..errors import FormatError, InputError, VocabMismatchError
 from ..rules import HISTORY_BUDGET, HISTORY_BUDGET_MAX
@@ -50,7 +50,12 @@ class History:
         self.vocab = getattr(vocab, "fingerprint", vocab)
         self.lock = threading.Lock()
         self.learnt = 0  # sequences learnt since the history began (also those evicted since)
-        self._h = new_hist(self.budget)
+        try:
+            self._h = new_hist(self.budget)
+        except MemoryError:
+            need = 4 * (self.budget + slots_for(self.budget))
+            raise InputError(f"a history of {self.budget:,} tokens needs {need / 2**20:,.0f} MiB, more than this "
+                             f"process can allocate: give a smaller budget (--history-budget)") from None
 
     def view(self):
         """The arrays for one drafter's compiled policy (shared log and index, scratch of its own); read
