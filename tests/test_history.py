@@ -120,6 +120,7 @@ def test_a_repeated_sequence_is_drafted_from_the_history_and_old_text_is_evicted
         b.reset(rng.integers(0, 50_000, 400))
         assert hist.n_tokens <= 1000
     assert "hx" not in (b.draft(first[:100], 16) and b.last_sources) and hist.learnt == 6
+    assert len(b.dynamic_table().ngrams) == 0  # learnt into the bounded history, not the dynamic cache
 
 
 def test_history_is_refused_where_it_cannot_be_used():

@@ -10,6 +10,7 @@ any threads: learning and drafting take its lock, which a draft call holds for o
     history = History(budget=1 << 20)
     drafter = Drafter(policy="lookupkit", history=history)   # any number of them
     ... drafter.reset(tokens)                                # end of a sequence: learnt into the history
+                                                             # (not into the drafter's unbounded dynamic cache)
 
 Memory is bounded: the arrays are made once for the budget, and when a sequence does not fit, the
 oldest tokens go (the newest half of the budget is kept and re-indexed, so eviction costs O(1) per
