@@ -1,12 +1,12 @@
-"""`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, generate, serve,
+"""`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, generate, serve, replay-requests,
 model, tune-policy, bench), in the plain help style of lookup-create and lookup-stats (examples after the options)."""
 
 from __future__ import annotations
 
 import typer
 
-from lookupkit.cli import (bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, serve_cmd, tokenize_cmd,
-                           tune_cmd)
+from lookupkit.cli import (bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, replay_requests_cmd,
+                           serve_cmd, tokenize_cmd, tune_cmd)
 from lookupkit.cli.common import run
 
 EXAMPLES = """Examples:
@@ -36,6 +36,7 @@ tokenize_cmd.register(app)
 calibrate_cmd.register(app)
 generate_cmd.register(app)
 serve_cmd.register(app)
+replay_requests_cmd.register(app)
 model_cmd.register(app)
 tune_cmd.register(app)
 bench_cmd.register(app)

@@ -7,10 +7,15 @@ from enum import Enum
 
 import typer
 
+from lookupkit.draft.learning import LEARN_MODES
+
 
 class PolicyName(str, Enum):
     llama = "llama.cpp"
     lookupkit = "lookupkit"
+
+
+LearnMode = Enum("LearnMode", {m: m for m in LEARN_MODES}, type=str)  # serve and replay-requests' --learn
 
 
 MODEL = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "

@@ -15,7 +15,6 @@ import socket
 import sys
 import threading
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -24,10 +23,9 @@ import typer
 from lookupkit.errors import InputError
 from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT
 from lookupkit.cli.common import guarded
-from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
-from lookupkit.serve.state import LEARN_MODES, SAVE_EVERY
+from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
+from lookupkit.serve.state import SAVE_EVERY
 
-LearnMode = Enum("LearnMode", {m: m for m in LEARN_MODES}, type=str)
 
 
 EXAMPLES = """Examples:

@@ -3,7 +3,8 @@
 rule_reference (llama.cpp's rule written plainly: the spec in code), rule (the same rule compiled with
 numba, checked draft for draft against the reference), policy / policy_reference (lookupkit's policy,
 compiled / plainly; confidence: its tables), static_source (what both compiled ones read of the static
-cache), history (`History`: earlier sequences as a source, shared by drafters), drafter (`Drafter`, the
+cache), history (`History`: earlier sequences as a source, shared by drafters), learning (what a finished
+sequence teaches the next: one rule for the server and the replay), drafter (`Drafter`, the
 public API over the compiled ones).
 """
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..draft.learning import end_sequence
 from ..errors import InputError
 from ..integrations.llama_generate import _Batch, _Model, verify
 from .sampling import Picker, Sampling
@@ -326,14 +327,12 @@ class Engine:
         self._deliver(job, done)
 
     def _learn(self, drafter, ok: bool) -> None:
-        """End the slot's sequence, learning it as --learn says (the module docstring)."""
-        history = self.learn == "history" and ok and drafter.history is not None
-        if history:
-            drafter.history.learn(drafter.sequence)
+        """End the slot's sequence, learning it as --learn says (draft.learning: the rule the replay of a
+        request log follows too)."""
+        if end_sequence(drafter, self.learn, ok):
             self.metrics.gauge("history_tokens", drafter.history.n_tokens)
-        drafter.reset(learn=self.learn == "dynamic" and ok)
-        if history and self.on_learnt is not None:
-            self.on_learnt()
+            if self.on_learnt is not None:
+                self.on_learnt()
 
     def _end_all(self, reason: str, message: str) -> None:
         for slot in self.slots:

@@ -110,10 +110,9 @@ def _describe_history(history) -> str:
 
 def _check_learning(learn, policy, n_draft, budget, state, reset, save_every) -> None:
     from ..draft.history import check_budget
-    from .state import LEARN_MODES
+    from ..draft.learning import check_learn
 
-    if learn not in LEARN_MODES:
-        raise InputError(f"--learn must be one of {', '.join(LEARN_MODES)}, got {learn!r}")
+    check_learn(learn)
     if learn != "off" and not n_draft:
         raise InputError(f"--learn {learn} learns what drafting uses: it needs --draft 1 or more")
     if learn == "history" and policy != "lookupkit":

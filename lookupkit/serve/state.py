@@ -17,7 +17,6 @@ from pathlib import Path
 from ..errors import FormatError, InputError, LookupkitError, VocabMismatchError
 
 log = logging.getLogger("lookupkit.serve")
-LEARN_MODES = ("off", "dynamic", "history")
 RESET_FLAG = "--state-reset"
 SAVE_EVERY = 100  # --save-every's default: learnt requests between saves (a save of 2^20 tokens writes 4 MB)
 

@@ -1,0 +1,105 @@
+"""`lookupkit replay-requests`: would learning pay on my traffic? A log of requests and responses replayed
+through one server slot, learning as `lookupkit serve --learn` would, beside the same replay learning
+nothing; with a `lookupkit calibrate` curve, the decode-time speed-up the server should measure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lookupkit.cli.common import guarded, print_json
+from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
+from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft
+
+
+EXAMPLES = """Examples:
+
+\b
+  lookupkit replay-requests served.jsonl -m gemma-3-270m --policy lookupkit --learn history --verify-cost gemma.curve.json
+  lookupkit replay-requests served.jsonl -m gemma-3-270m --learn dynamic --json
+
+The log: one JSON object per line, {"prompt": [token ids], "response": [token ids]}.
+"""
+
+
+@guarded
+def replay_requests_cmd(
+    log: Path = typer.Argument(..., metavar="LOG.jsonl", help="The requests, in the order they were served."),
+    model: str = MODEL,
+    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache, as the server's."),
+    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) to start from."),
+    policy: PolicyName = POLICY,
+    policy_table: Optional[Path] = POLICY_TABLE,
+    verify_cost: Optional[str] = VERIFY_COST,
+    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_DRAFT})."),
+    n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="The slot's context (the server's -c / --parallel)."),
+    learn: Optional[LearnMode] = typer.Option(None, "--learn", help="What each request teaches the next, as "
+                                              "`lookupkit serve --learn` (default: history with --policy lookupkit, "
+                                              "else dynamic; history needs --policy lookupkit)."),
+    history_budget: Optional[int] = typer.Option(None, "--history-budget", metavar="N", help="--learn history: "
+                                                 "tokens kept (as the server's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+) -> None:
+    """Replay a request log with what a server learns carried across requests, beside learning nothing."""
+    from lookupkit import models
+    from lookupkit.errors import InputError
+    from lookupkit.integrations.engines import drafter_factory
+    from lookupkit.replay.requests import read_log, replay_requests, summary
+    from lookupkit.tokenizer.vocab import fingerprint, load
+    from lookupkit.verify_cost import VerifyCost
+
+    check_n_draft(n_draft)
+    learn = learn or (LearnMode.history if policy.value == "lookupkit" else LearnMode.dynamic)
+    if learn.value == "history" and policy.value != "lookupkit":
+        raise InputError("--learn history drafts through lookupkit's policy: add --policy lookupkit")
+    path = models.resolve(model)
+    vocab = load(path)
+    requests = read_log(log, n_vocab=len(vocab.tokens))
+    cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
+    static = dynamic = None
+    if lcs is not None:
+        from lookupkit.static import StaticCache
+
+        static = StaticCache.open(lcs, expect_vocab=fingerprint(vocab))
+    if lcd is not None:
+        from lookupkit.formats import read_ngrams
+
+        dynamic = read_ngrams(lcd)
+    results = {}
+    for mode in dict.fromkeys(("off", learn.value)):
+        history = None
+        if mode == "history":
+            from lookupkit.draft.history import History
+            from lookupkit.rules import HISTORY_BUDGET
+
+            history = History(HISTORY_BUDGET if history_budget is None else history_budget, vocab=fingerprint(vocab))
+        make, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=policy.value, policy_table=policy_table,
+                                  verify_cost=cost, history=history)
+        traces = replay_requests(requests, make(), n_draft, mode, n_ctx=n_ctx)
+        results[mode] = {**summary(traces, cost), "per_request": [
+            {"n_prompt": t.n_prompt, "n_response": t.n_response, "calls": len(t.drafted), "drafted": sum(t.drafted),
+             "accepted": sum(t.accepted), **({"predicted_speedup": t.predicted_speedup(cost)} if cost else {})}
+            for t in traces]}
+    if as_json:
+        print_json({"log": str(log), "learn": learn.value, "n_draft": n_draft, "policy": policy.value,
+                    "verify_cost": cost.describe() if cost else None, "results": results})
+        return
+    typer.echo(f"{log}: {len(requests)} requests, {results['off']['tokens']:,} response tokens after the first of each")
+    for mode, r in results.items():
+        rate = r["accepted"] / r["drafted"] if r["drafted"] else 0.0
+        line = (f"  --learn {mode:<8} {r['calls']:,} verify steps, {r['accepted']:,} of {r['drafted']:,} drafted "
+                f"tokens accepted ({rate:.1%})")
+        if "predicted_speedup" in r:
+            line += f"; predicted decode speed-up {r['predicted_speedup']:.2f}x"
+        typer.echo(line)
+    if learn.value != "off" and cost is not None and "predicted_speedup" in results["off"]:
+        gain = results[learn.value]["predicted_speedup"] / results["off"]["predicted_speedup"]
+        typer.echo(f"learning ({learn.value}) predicts {gain:.2f}x the speed of learning nothing on this traffic")
+    elif cost is None:
+        typer.echo("(add --verify-cost CURVE.json from `lookupkit calibrate` for the predicted speed-up)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay-requests", epilog=EXAMPLES)(replay_requests_cmd)

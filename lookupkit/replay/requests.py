@@ -1,0 +1,109 @@
+"""Replay a log of served requests with what a server learns carried from one request to the next.
+
+"Would learning pay on my traffic?" A server's slot drafts for each request as `lookupkit serve` does:
+the first token comes from the prompt, then every step drafts up to n_draft tokens, keeps the prefix the
+response agrees with (what greedy verification accepts) and one more token, until the response's length;
+at the request's end the slot learns the request as --learn says (serve.engine: off, dynamic, history).
+Drafted and accepted counts therefore equal the server's own `draft_n` / `draft_n_accepted` for the same
+responses (tests/test_replay_requests.py holds them equal); a verify-cost curve turns them into the
+decode-time speed-up the server should see.
+
+A log is JSON Lines, one request per line: {"prompt": [ids], "response": [ids]} (other keys ignored),
+as the serving bench and any client that records `tokens` write it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from ..verify_cost import VerifyCost
+
+LOG_HINT = 'one JSON object per line: {"prompt": [token ids], "response": [token ids]}'
+
+
+@dataclass
+class RequestTrace:
+    n_prompt: int
+    n_response: int
+    drafted: list  # per verify step: tokens drafted
+    accepted: list  # per verify step: drafted tokens the response agrees with (in the output)
+
+    def predicted_speedup(self, cost: VerifyCost) -> float | None:
+        """Decode-time speed-up over plain decoding: the response's tokens after the first (which comes from
+        the prompt's evaluation, drafted or not) over the verify steps' cost in single-token steps."""
+        if not self.drafted:
+            return None
+        return (self.n_response - 1) / float(cost.call_costs(np.asarray(self.drafted)).sum())
+
+
+def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """The (prompt, response) pairs of a request log; one line naming the line and the remedy otherwise."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"request log {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read request log {path}: {exc} ({LOG_HINT})") from None
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            pair = [rec["prompt"], rec["response"]]
+        except (json.JSONDecodeError, TypeError, KeyError):
+            raise InputError(f"{path}:{i} is not a request ({LOG_HINT})") from None
+        for name, ids in zip(("prompt", "response"), pair):
+            if not isinstance(ids, list) or not ids or not all(type(t) is int and t >= 0 for t in ids):
+                raise InputError(f"{path}:{i}: {name} must be a non-empty list of token ids ({LOG_HINT})")
+            if n_vocab is not None and max(ids) >= n_vocab:
+                raise InputError(f"{path}:{i}: {name} holds id {max(ids)}, outside the vocabulary of {n_vocab}: "
+                                 "a log of another model?")
+        out.append((pair[0], pair[1]))
+    if not out:
+        raise InputError(f"request log {path} holds no requests ({LOG_HINT})")
+    return out
+
+
+def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | None = None) -> list[RequestTrace]:
+    """Replay `requests` [(prompt, response)] in order through one slot's `drafter` (a Drafter, with a
+    History if learn == "history"), learning each as `lookupkit serve --learn LEARN` does; n_ctx: the
+    slot's context (drafts near its end are shortened as the server shortens them)."""
+    from ..draft.learning import end_sequence
+
+    traces = []
+    for prompt, response in requests:
+        drafter.accept(prompt)  # as the server's slot: the prompt, then the token its evaluation gives
+        drafter.accept(response[:1])
+        pos, drafted, accepted = 1, [], []
+        while pos < len(response):
+            k = n_draft if n_ctx is None else min(n_draft, n_ctx - 2 - (len(prompt) + pos - 1))
+            d = drafter.draft(None, k) if k > 0 else []
+            a = 0
+            while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
+                a += 1
+            step = response[pos:pos + a + 1]
+            drafter.accept(step)
+            pos += len(step)
+            drafted.append(len(d))
+            accepted.append(a)
+        traces.append(RequestTrace(len(prompt), len(response), drafted, accepted))
+        end_sequence(drafter, learn)
+    return traces
+
+
+def summary(traces: list[RequestTrace], cost: VerifyCost | None) -> dict:
+    drafted = [d for t in traces for d in t.drafted]
+    accepted = [a for t in traces for a in t.accepted]
+    tokens = sum(t.n_response - 1 for t in traces)
+    out = {"requests": len(traces), "tokens": tokens, "calls": len(drafted), "drafted": int(sum(drafted)),
+           "accepted": int(sum(accepted))}
+    if cost is not None and drafted:
+        out["predicted_speedup"] = tokens / float(cost.call_costs(np.asarray(drafted)).sum())
+    return out

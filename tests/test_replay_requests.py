@@ -1,0 +1,110 @@
+"""Replaying a request log (replay.requests, `lookupkit replay-requests`) counts what `lookupkit serve`
+counts: the same drafted and accepted tokens per request as the server's own timings, with the learnt state
+carried across requests (history, dynamic) or not (off); and a bad log is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import needs
+
+needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)")
+llama_cpp = needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
+needs.module("uvicorn", "pip install 'lookupkit[serve]'")
+
+from lookupkit.bench.serve import client  # noqa: E402
+from lookupkit.cli.common import EXIT_ERROR  # noqa: E402
+from lookupkit.draft.history import History  # noqa: E402
+from lookupkit.errors import InputError  # noqa: E402
+from lookupkit.integrations.engines import drafter_factory  # noqa: E402
+from lookupkit.replay.requests import read_log, replay_requests, summary  # noqa: E402
+from lookupkit.serve.startup import open_server  # noqa: E402
+from serve_helpers import running  # noqa: E402
+from tiny_models import tiny_gguf  # noqa: E402,F401
+
+N_DRAFT, N_NEW = 8, 40
+
+
+def cli(*args):
+    from typer.testing import CliRunner
+
+    from lookupkit.cli.main import app
+
+    return CliRunner().invoke(app, ["replay-requests", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_gguf):
+    llm = llama_cpp.Llama(model_path=str(tiny_gguf), vocab_only=True, verbose=False)
+    texts = ["The quick brown fox", "def add(a, b):\n    return a + b\n", "The quick brown fox", "Once upon a time"]
+    return [llm.tokenize(t.encode(), add_bos=True) for t in texts]
+
+
+@pytest.mark.parametrize("learn", ["off", "dynamic", "history"])
+def test_the_replay_counts_what_the_server_counted(tiny_gguf, prompts, learn, tmp_path):
+    policy = "llama.cpp" if learn == "dynamic" else "lookupkit"
+    served = open_server(tiny_gguf, policy=policy, n_draft=N_DRAFT, parallel=1, n_ctx=1024, threads=1, learn=learn)
+    try:
+        with running(served) as url:
+            port = int(url.rsplit(":", 1)[1])
+            got = [client.complete(port, p, N_NEW) for p in prompts]
+    finally:
+        served.llm.close()
+    log = tmp_path / "served.jsonl"
+    log.write_text("".join(json.dumps({"prompt": p, "response": g["tokens"]}) + "\n" for p, g in zip(prompts, got)))
+    history = History(1 << 16) if learn == "history" else None
+    make, _ = drafter_factory(tiny_gguf, policy=policy, history=history)
+    traces = replay_requests(read_log(log), make(), N_DRAFT, learn, n_ctx=1024)
+    assert [(sum(t.drafted), sum(t.accepted)) for t in traces] == [(g["drafted"] or 0, g["accepted"] or 0) for g in got]
+    if learn == "history":  # the repeated request is drafted from what the first one taught
+        assert traces[2].accepted and sum(traces[2].accepted) > sum(traces[0].accepted)
+
+
+def test_the_command_compares_learning_with_learning_nothing(tiny_gguf, prompts, tmp_path):
+    llm = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, verbose=False)
+    from lookupkit.integrations.llama_generate import generate
+
+    log = tmp_path / "served.jsonl"
+    log.write_text("".join(json.dumps({"prompt": p, "response": generate(llm, p, N_NEW, stop_at_eos=False).tokens})
+                           + "\n" for p in prompts))
+    llm.close()
+    out = cli(log, "-m", tiny_gguf, "--policy", "lookupkit", "--verify-cost", "0.1", "--json")
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.stdout)["results"]
+    assert set(res) == {"off", "history"} and res["off"]["requests"] == 4
+    assert res["history"]["accepted"] > res["off"]["accepted"]
+    assert res["history"]["predicted_speedup"] > res["off"]["predicted_speedup"]
+    text = cli(log, "-m", tiny_gguf, "--policy", "lookupkit", "--verify-cost", "0.1")
+    assert "--learn history" in text.stdout and "the speed of learning nothing" in text.stdout
+    bad = cli(log, "-m", tiny_gguf, "--learn", "history")
+    assert bad.exit_code == EXIT_ERROR and "--policy lookupkit" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize("content,fragment", [
+    ("", "holds no requests"),
+    ("not json\n", ":1 is not a request"),
+    ('{"prompt": [1, 2]}\n', ":1 is not a request"),
+    ('{"prompt": [1, 2], "response": []}\n', "response must be a non-empty list"),
+    ('{"prompt": [1, -2], "response": [3]}\n', "prompt must be a non-empty list"),
+    ('{"prompt": [1, 2], "response": [3, 999999]}\n', "outside the vocabulary"),
+])
+def test_a_bad_log_is_one_line_naming_the_line(tmp_path, content, fragment):
+    log = tmp_path / "log.jsonl"
+    log.write_text(content)
+    with pytest.raises(InputError, match=fragment):
+        read_log(log, n_vocab=1000)
+    with pytest.raises(InputError, match="does not exist"):
+        read_log(tmp_path / "missing.jsonl")
+
+
+def test_summary_prices_the_steps_with_the_curve():
+    from lookupkit.replay.requests import RequestTrace
+    from lookupkit.verify_cost import VerifyCost
+
+    t = RequestTrace(10, 9, drafted=[4, 0, 4], accepted=[4, 0, 2])  # 8 tokens after the first in 3 steps
+    cost = VerifyCost(constant=0.25)  # a step of 4 drafted costs 2
+    assert t.predicted_speedup(cost) == pytest.approx(8 / (2 + 1 + 2))
+    s = summary([t], cost)
+    assert (s["calls"], s["drafted"], s["accepted"], s["tokens"]) == (3, 8, 6, 8)
