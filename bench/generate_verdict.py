@@ -26,7 +26,7 @@ from datetime import date
 from pathlib import Path
 
 from lookupkit.bench.generations import paragraphs, prompt_text
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, loadavg, machine
 from lookupkit.integrations.compare import RUNS
 
 WINDOWS = (1, 3, 5, 7)
@@ -95,7 +95,7 @@ def run(args) -> dict:
                        "plain_tok_s": [g.tokens_per_s for g in c.plain],
                        "drafted_tok_s": [g.tokens_per_s for g in c.drafted],
                        "accepted_per_call": [g.accepted_per_call for g in c.drafted],
-                       "seconds": time.time() - t0, "loadavg": os.getloadavg()}
+                       "seconds": time.time() - t0, "loadavg": loadavg()}
                 row.update(analyse(row))
                 rows.append(row)
                 print(f"[{time.strftime('%H:%M:%S')}] prompt {i} {task}: {row['median']:.2f}x "
@@ -106,7 +106,7 @@ def run(args) -> dict:
     return {"date": date.today().isoformat(), "command": args.command,
             "model": str(path), "table": table and str(table), "cache": args.cache and str(args.cache),
             "curve": args.curve and str(args.curve), "policy": args.policy, "n": args.n, "draft": args.draft, "threads": args.threads,
-            "pairs": args.pairs, "inputs": args.inputs, "machine": machine(), "git": git_state(), "rows": rows,
+            "pairs": args.pairs, "inputs": args.inputs, "machine": machine(gate=True), "git": git_state(), "rows": rows,
             "summary": summarise(rows)}
 
 

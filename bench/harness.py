@@ -62,14 +62,18 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def machine() -> dict:
+def machine(gate: bool = False, log=None) -> dict:
+    """The machine and its load; with gate, also the quiet-machine gate's reading (it warns when busy)."""
     import numba
     import numpy as np
 
-    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cores": os.cpu_count(),
-            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
-            "kernel": platform.release(), "loadavg_at_start": loadavg()}
+    out = {"host": socket.gethostname(), "cpu": _cpu_model(), "cores": os.cpu_count(),
+           "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+           "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+           "kernel": platform.release(), "loadavg_at_start": loadavg()}
+    if gate:
+        out["others_cores_at_start"] = round(quiet_gate(log=log), 3)
+    return out
 
 
 def git_state(repo: Path | None = None) -> dict:
@@ -111,6 +115,17 @@ def warm_file(path: Path) -> None:
 
 # -- whether: the quiet-machine gate ---------------------------------------------------------------------
 
+QUIET_FILE = os.environ.get("LOOKUPKIT_QUIET_FILE")  # a file whose presence says another benchmark runs (unset: none)
+
+
+def wait_quiet(max_load: float, patience_s: float) -> float:
+    """Wait while QUIET_FILE exists or the 1-minute load is >= max_load (that at most patience_s); the load then."""
+    t0 = time.monotonic()
+    while (QUIET_FILE and os.path.exists(QUIET_FILE)) or (loadavg()[0] >= max_load and time.monotonic() - t0 < patience_s):
+        time.sleep(10)
+    return loadavg()[0]
+
+
 def others_cpu(seconds: float = 1.0) -> float:
     """How many cores other processes used over `seconds` (psutil, via integrations.compare.CpuSampler)."""
     from lookupkit.integrations.compare import CpuSampler
@@ -121,7 +136,7 @@ def others_cpu(seconds: float = 1.0) -> float:
     return s.stop()
 
 
-def quiet_gate(max_cores: float = 0.25, seconds: float = 1.0, refuse: bool = False, log=print) -> float:
+def quiet_gate(max_cores: float = 0.25, seconds: float = 1.0, refuse: bool = False, log=None) -> float:
     """Measure other processes' CPU for a moment; above max_cores warn (or, with refuse, raise InputError:
     a timing taken beside a busy neighbour is not a result). Returns the cores measured."""
     busy = others_cpu(seconds)
@@ -132,8 +147,12 @@ def quiet_gate(max_cores: float = 0.25, seconds: float = 1.0, refuse: bool = Fal
             from lookupkit.errors import InputError
 
             raise InputError(msg + "; wait for a quiet machine")
-        log(f"warning: {msg}")
+        (log or _stderr)(f"warning: {msg}")
     return busy
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
 
 
 # -- how much: spread of repeated runs -------------------------------------------------------------------
@@ -176,3 +195,21 @@ def entry(run, argv=None) -> None:
         run(sys.argv[1:] if argv is None else argv)
     except LookupkitError as exc:
         sys.exit(f"error: {exc}")
+
+
+def report_entry(prog: str, render, argv=None) -> None:
+    """`python -m lookupkit.bench.STUDY.report RESULTS.json [-o DIR]`: render(results, out_dir) writes the
+    study's markdown (and plots) into DIR, default output_dir(), and returns the markdown, printed here."""
+    import argparse
+
+    def run(args):
+        ap = argparse.ArgumentParser(prog=prog, description="Render one results JSON of the study as markdown.")
+        ap.add_argument("results", type=Path, help="the study's results JSON (bench/results/...)")
+        ap.add_argument("-o", "--out-dir", type=Path, default=output_dir(),
+                        help=f"where the markdown and plots go (default {output_dir()}: the repo's bench/ in a "
+                             "source checkout, else the bench cache)")
+        a = ap.parse_args(args)
+        print(render(a.results, a.out_dir))
+
+    entry(run, argv)
+

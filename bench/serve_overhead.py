@@ -23,6 +23,7 @@ import time
 
 CLIENT = r"""
 import json, socket, sys, time
+from lookupkit.bench.harness import loadavg
 port, path, body, until, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), sys.argv[4].encode(), int(sys.argv[5])
 times = []
 for _ in range(n):
@@ -123,7 +124,7 @@ def main(argv=None) -> None:
     impls = ["h11"] + (["httptools"] if importlib.util.find_spec("httptools") else [])
     rows = [measure(http, args.tokens, args.requests) for http in impls]
     report = {"tokens": args.tokens, "requests": args.requests, "cpus": os.cpu_count(), "rows": rows,
-              "load": os.getloadavg()}
+              "load": loadavg()}
     if args.json:
         print(json.dumps(report, indent=2))
         return

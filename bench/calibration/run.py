@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import socket
 import statistics
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from lookupkit.bench.models import bench_dir, ensure_model
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, loadavg, machine
 
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 SIZES = (0, 25, 50, 100, 200, 541)
@@ -208,7 +207,7 @@ def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, positio
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d")
     out = out_dir / f"calibration-{stamp}-{socket.gethostname()}-t{threads}.json"
-    data = {"machine": machine(), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    data = {"machine": machine(gate=True), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "model": {"path": str(model), "bytes": model.stat().st_size, "shape": "Qwen2.5-0.5B (bench/models.py)",
                       "type": "Q8_0", "weights": "random, seed 0"},
             "command": f"python -m lookupkit.bench.calibration --threads {threads} --reps {reps} --n-new {n_new} "
@@ -239,7 +238,7 @@ def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, positio
     data["wall_clock"] = wall_clock_check(model, cal, largest, threads, n_new, runs, prompt_len,
                                           n_ctx=prompt_len + n_new + 32, n_draft=8)
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    data["machine"]["loadavg_at_end"] = os.getloadavg()
+    data["machine"]["loadavg_at_end"] = loadavg()
     out.write_text(json.dumps(data, indent=1))
     log(f"wrote {out}")
     return out

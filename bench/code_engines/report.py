@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench.engines.report import first_divergence, plain_row
-from lookupkit.bench.harness import output_dir
+from lookupkit.bench.harness import output_dir, report_entry, spread
 
 HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 SUFFIX = "sx"  # rules.SOURCE_NAMES of the suffix source
@@ -39,14 +38,6 @@ def load(path: Path) -> dict:
     if data.get("kind") != "code-engines":
         raise InputError(f"{path} is not a code-engines result (python -m lookupkit.bench.code_engines writes one)")
     return data
-
-
-def spread(values) -> dict | None:
-    """{median, min, max, n} of values (None if there are none)."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def tok_s(data: dict) -> dict:
@@ -259,13 +250,8 @@ def render(results: Path, md_out: Path = HERE / "ENGINES_CODE.md") -> str:
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.exit("usage: python -m lookupkit.bench.code_engines.report bench/results/code-engines-<date>-vm.json")
-    try:
-        print(render(Path(argv[0])))
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    report_entry("python -m lookupkit.bench.code_engines.report",
+                 lambda results, out: render(results, out / "ENGINES_CODE.md"), argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ untimed, with the logits rows of every batch: each emitted token must be the arg
 (as tests/test_real_model.py checks), the tokens must equal the timed run's, and the drafted tokens' sources
 are counted (the row without the suffix source must draft none from it).
 
-    python -m lookupkit.bench.code_engines --data /work/data/code --caches /work/caches --curve curve.json --report
+    python -m lookupkit.bench.code_engines --data DATA/code --caches CACHES --curve curve.json --report
     python -m lookupkit.bench.code_engines --data DIR --caches DIR --quick            # 2 prompts x 32 tokens
 
 --data DIR: eval.npz, table-sx.json, table-nosx.json (`lookupkit tune-policy` on the even-indexed eval files,
@@ -35,7 +35,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import os
 import random
 import sys
 import time
@@ -45,13 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.errors import InputError, LookupkitError
+from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
 from lookupkit.bench.engines.rows import public, server_rows
 from lookupkit.bench.engines.run import calibrated_curve, deadline_of, expected_runs, log, run_all, to_lcs, versions
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, git_state, machine
+from lookupkit.bench.harness import RESULTS, entry, git_state, loadavg, machine
 
 TASK = "code"
 CACHE_SX, CACHE_2 = "code-o6-sx.lkc", "code-2.lkc"  # in --caches
@@ -228,10 +227,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    try:
-        _main(parse_args(argv))
-    except LookupkitError as exc:
-        sys.exit(f"error: {exc}")
+    entry(lambda args: _main(parse_args(args)), argv)
 
 
 def _main(args) -> None:
@@ -245,7 +241,7 @@ def _main(args) -> None:
     work = bench_dir() / "code-engines"
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    load_start = load_before = os.getloadavg()
+    load_start = load_before = loadavg()
     t_start = time.time()
     f = args.files
     statics = {"ctx": None, LABEL_2: StaticCache.open(f[LABEL_2]), LABEL_SX: StaticCache.open(f[LABEL_SX])}
@@ -281,7 +277,7 @@ def _main(args) -> None:
         runners["llama-cpp-python"] = lcpp.run
         result = {
             "kind": "code-engines", "date": date, "quick": args.quick, "complete": False,
-            "git": git_state(), "machine": machine(), "versions": versions(),
+            "git": git_state(), "machine": machine(gate=True, log=log), "versions": versions(),
             "command": " ".join(["python -m lookupkit.bench.code_engines", *sys.argv[1:]]),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "files"},
             "files": {k: str(p) for k, p in f.items()}, "lcs": str(lcs) if lcs else None,
@@ -297,13 +293,13 @@ def _main(args) -> None:
 
         def checkpoint(runs, **extra):
             result.update(runs=runs, wall_s=time.time() - t_start, **extra)
-            result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": os.getloadavg()}
+            result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": loadavg()}
             with atomic_writer(out) as fh:
                 fh.write((json.dumps(result) + "\n").encode())
 
         for row in rows:  # warm-up (kernels, numba caches, first allocations): not recorded
             runners[row["engine"]](row, prompts[0], 8)
-        load_before = os.getloadavg()
+        load_before = loadavg()
         runs = run_all(args, {TASK: prompts}, rows, runners, cost, statics, checkpoint)
         checkpoint(runs, complete=len(runs) == expected_runs(args, rows),
                    server_memory_after={n: llama_server.proc_memory(s.proc.pid) for n, s in servers.items()})

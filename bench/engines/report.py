@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench.engines.rows import cache_command
-from lookupkit.bench.harness import output_dir
+from lookupkit.bench.harness import output_dir, report_entry
 
 HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 PREDICT_TOLERANCE = 0.15  # issue 13 item 6: replay + calibration within 15 % of measured generation time
@@ -317,13 +316,8 @@ def render(results: Path, md_out: Path = HERE / "ENGINES.md", png_out: Path = HE
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.exit("usage: python -m lookupkit.bench.engines.report bench/results/engines-<date>-vm.json")
-    try:
-        print(render(Path(argv[0])))
-    except InputError as exc:
-        sys.exit(f"error: {exc}")
+    report_entry("python -m lookupkit.bench.engines.report",
+                 lambda results, out: render(results, out / "ENGINES.md", out / "plots" / "engines.png"), argv)
 
 
 if __name__ == "__main__":

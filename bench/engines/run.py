@@ -40,14 +40,14 @@ import sys
 import time
 from pathlib import Path
 
-from lookupkit.errors import LookupkitError, InputError
+from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
 from lookupkit.bench.engines.rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows, public, rule_cache, server_rows
 from lookupkit.bench.engines.costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
 from lookupkit.bench.generations import PROMPT_WORDS, paragraphs, prompt_text
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, entry, SHARED, git_state, loadavg, machine
 
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
 TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
@@ -127,14 +127,14 @@ def run_all(args, prompts: dict, rows: list[dict], runners: dict, cost, statics:
                     if row["engine"] == "transformers" and i >= args.hf_prompts:
                         continue
                     n = args.hf_n_new if row["engine"] == "transformers" else args.n_new
-                    load0 = os.getloadavg()[0]
+                    load0 = loadavg()[0]
                     rec = runners[row["engine"]](row, prompt, n)
                     rec.update(row=row["name"], task=task, prompt=i, rep=rep, n_prompt=len(prompt), load1=load0)
                     if row["engine"] == "llama-cpp-python":
                         rec.update(replay_prediction(row, prompt, rec, cost, statics, args.policy_table))
                     runs.append(rec)
                 done = [r for r in runs if (r["rep"], r["task"], r["prompt"]) == (rep, task, i)]
-                log(f"rep {rep} {task} prompt {i} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+                log(f"rep {rep} {task} prompt {i} (load {loadavg()[0]:.1f}): " + ", ".join(
                     f"{r['row']} {r['n_gen'] / r['t_gen_s']:.0f}" for r in done if r["t_gen_s"] > 0) + " tok/s")
                 checkpoint(runs)
     return runs
@@ -206,10 +206,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    try:
-        _main(parse_args(argv))
-    except LookupkitError as exc:
-        sys.exit(f"error: {exc}")
+    entry(lambda args: _main(parse_args(args)), argv)
 
 
 def _main(args) -> None:
@@ -221,7 +218,7 @@ def _main(args) -> None:
     work = bench_dir() / "engines"
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    load_start = load_before = os.getloadavg()
+    load_start = load_before = loadavg()
     t_start = time.time()
 
     caches, missing = find_caches(args.caches)
@@ -275,7 +272,7 @@ def _main(args) -> None:
         runners["transformers"] = hf.run
     result = {
         "kind": "engines", "date": date, "quick": args.quick, "complete": False,
-        "git": git_state(), "machine": machine(), "versions": versions(),
+        "git": git_state(), "machine": machine(gate=True, log=log), "versions": versions(),
         "command": " ".join(["python -m lookupkit.bench.engines", *sys.argv[1:]]),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "caches": {c: str(p) for c, p in caches.items()}, "caches_missing": missing,
@@ -290,14 +287,14 @@ def _main(args) -> None:
 
     def checkpoint(runs, **extra):
         result.update(runs=runs, wall_s=time.time() - t_start, **extra)
-        result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": os.getloadavg()}
+        result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": loadavg()}
         with atomic_writer(out) as f:
             f.write((json.dumps(result) + "\n").encode())
 
     try:
         for row in rows:  # warm-up (kernels, numba caches, first allocations): not recorded
             runners[row["engine"]](row, prompts[args.tasks[0]][0], 8)
-        load_before = os.getloadavg()
+        load_before = loadavg()
         runs = run_all(args, prompts, rows, runners, cost, statics, checkpoint)
         checkpoint(runs, complete=len(runs) == expected_runs(args, rows),
                    server_memory_after={n: llama_server.proc_memory(s.proc.pid) for n, s in servers.items()})

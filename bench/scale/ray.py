@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import threading
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from lookupkit.bench.measure import run, script
-from lookupkit.bench.harness import SHARED, output_dir
+from lookupkit.bench.harness import SHARED, machine, output_dir
 from lookupkit.bench.scale.run import DATA, _count, corpus
 from lookupkit.bench.scale.gen import ZipfMarkov
 
@@ -83,17 +82,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ids", default="30.5M", help="synthetic ids (the scale test's corpus prefix)")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--no-report", action="store_true", help="write results-ray.json only")
+    ap.add_argument("--out-dir", type=Path, default=None, help="where SCALE.md and plots/ go (default: the repo's bench/ in a source checkout, else the bench cache)")
     ap.add_argument("--report-only", action="store_true", help="the table from an earlier results-ray.json")
     a = ap.parse_args(argv)
     if a.report_only:
-        return report(json.loads((DATA / "results-ray.json").read_text()))
+        return report(json.loads((DATA / "results-ray.json").read_text()), a.out_dir)
     vocab = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
     text = SHARED / "corpora" / "wiki541.txt.zst"
     n_ids = _count(a.ids)
     ids = corpus([n_ids], ZipfMarkov())[n_ids]  # generated (or reused) as the scale test's prefix
     corpora = {f"text {a.text_bytes} (qwen2)": ["-f", str(text), "-m", str(vocab), "--max-bytes", a.text_bytes],
                f"ids {n_ids / 1e6:g} M": ["--tokens", str(ids)]}
-    res = {"runs": a.runs, "machine": {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}, "cells": {}}
+    res = {"runs": a.runs, "machine": machine(), "cells": {}}
     out = DATA / "ray-out.lkc"
     for name, args in corpora.items():
         ref = build([*args, "-j", "1"], out, False)["sha256"]
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(name, mode, w, [r["wall_s"] for r in rows], flush=True)
                 (DATA / "results-ray.json").write_text(json.dumps(res, indent=1))
     if not a.no_report:
-        report(res)
+        report(res, a.out_dir)
 
 
 def table(res: dict) -> str:
@@ -126,8 +126,10 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def report(res: dict) -> None:
-    md = output_dir() / "SCALE.md"
+def report(res: dict, out_dir: Path | None = None) -> None:
+    """SCALE.md's section (and the plot) in out_dir, default output_dir(): see lookupkit.bench.harness."""
+    out_dir = out_dir or output_dir()
+    md = out_dir / "SCALE.md"
     text = md.read_text() if md.exists() else "# Scale test\n"
     if BEGIN not in text:
         text += f"\n{BEGIN}\n{END}\n"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.bench.harness import bench_dir, output_dir
+from lookupkit.bench.harness import bench_dir, machine, output_dir
 from lookupkit.bench.measure import run, script
 from lookupkit.bench.scale.gen import ZipfMarkov, fit_power, generate, growth
 
@@ -136,16 +136,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--growth", action="store_true", help="also measure distinct 2-grams at each size with numpy "
                     "(slow; the builds report them anyway)")
     ap.add_argument("--no-report", action="store_true", help="write results.json only")
+    ap.add_argument("--out-dir", type=Path, default=None, help="where SCALE.md and plots/ go (default: the repo's bench/ in a source checkout, else the bench cache)")
     ap.add_argument("--report-only", action="store_true", help="the table and plot from an earlier results.json")
     a = ap.parse_args(argv)
     if a.report_only:
-        return report(json.loads((DATA / "results.json").read_text()))
+        return report(json.loads((DATA / "results.json").read_text()), a.out_dir)
     sizes = sorted(_count(s) for s in a.sizes.split(","))
     g = ZipfMarkov(seed=a.seed)
     files = corpus(sizes, g)
     results_path = DATA / "results.json"
     res = json.loads(results_path.read_text()) if results_path.exists() else {}
-    res.update({"generator": g.params(), "budget": a.budget, "jobs": a.jobs, "machine": _machine()})
+    res.update({"generator": g.params(), "budget": a.budget, "jobs": a.jobs, "machine": machine()})
     res["builds"] = {}
     if a.growth:
         ids = np.fromfile(files[max(sizes)], "<i4")
@@ -164,11 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             results_path.write_text(json.dumps(res, indent=1))
     shutil.rmtree(DATA / "tmp", ignore_errors=True)
     if not a.no_report:
-        report(res)
-
-
-def _machine() -> dict:
-    return {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
+        report(res, a.out_dir)
 
 
 def _med(rows, get):
@@ -202,14 +199,16 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def report(res: dict) -> None:
-    md = output_dir() / "SCALE.md"
+def report(res: dict, out_dir: Path | None = None) -> None:
+    """SCALE.md's section (and the plot) in out_dir, default output_dir(): see lookupkit.bench.harness."""
+    out_dir = out_dir or output_dir()
+    md = out_dir / "SCALE.md"
     text = md.read_text() if md.exists() else f"# Scale test\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text:
         text += f"\n{BEGIN}\n{END}\n"
     head, rest = text.split(BEGIN, 1)
     md.write_text(head + BEGIN + "\n" + table(res) + "\n" + END + rest.split(END, 1)[1])
-    plot(res, output_dir() / "plots" / "scale.png")
+    plot(res, out_dir / "plots" / "scale.png")
 
 
 def plot(res: dict, path: Path) -> None:

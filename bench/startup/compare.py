@@ -17,7 +17,7 @@ are taken inside the child (perf_counter from its first line), so the interprete
   tree only) = the same with every lookupkit warm-up run inline instead of in a thread. What lookupkit
   adds = the probe minus `engine` of the same round, median over rounds.
 
-    python -m lookupkit.bench.startup.compare --tree /work/startup-before --runs 7
+    python -m lookupkit.bench.startup.compare --tree ../lookupkit-before --runs 7
 
 writes bench/results/startup-compare-<date>-<host>-t<threads>.json and bench/STARTUP.md (bench.report_startup:
 one section per --threads run of that day).
@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from lookupkit.bench.harness import RESULTS, git_state, output_dir, machine, warm_file
+from lookupkit.bench.harness import RESULTS, git_state, loadavg, machine, output_dir, warm_file
 from lookupkit.bench.startup.run import CHILD, EVAL, REPO, SHARED, child_env, copy_package, log_default, spawn, summary
 
 PROMPT_TEXT = SHARED / "corpora" / "wiki.test.raw"
@@ -140,11 +139,11 @@ def run_compare(trees: dict[str, Path], runs: int, cache: Path, tokens: Path = E
                 spawn(code, args, info[tree]["env"], cwd)
         results: dict[str, dict[str, list]] = {t: {} for t in info}
         for r in range(runs):
-            log(f"start-up compare: round {r + 1}/{runs} (load {os.getloadavg()[0]:.2f})")
+            log(f"start-up compare: round {r + 1}/{runs} (load {loadavg()[0]:.2f})")
             for tree, name, code, args in plan:
                 res = spawn(code, args, info[tree]["env"], cwd)["result"]
                 t = res.get("t_s", res.get("t_total_in_child_s"))  # (CHILD: interpreter start to the first draft)
-                results[tree].setdefault(name, []).append({**res, "t_s": t, "load1": os.getloadavg()[0]})
+                results[tree].setdefault(name, []).append({**res, "t_s": t, "load1": loadavg()[0]})
     first = next(iter(info))
     engine = [x["t_s"] for x in results[first].get("engine", [])]
     out = {"runs": runs, "cache": str(cache), "cache_bytes": cache.stat().st_size, "tokens": str(tokens),
@@ -190,11 +189,11 @@ def main(argv=None) -> None:
                  f"-f wiki.test.raw -lcs small.lkc)")
     trees = {"after": REPO, **({"before": a.tree.resolve()} if a.tree else {})}
     warm_file(a.cache)
-    data = {"machine": machine(), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    data = {"machine": machine(gate=True), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "command": "python -m lookupkit.bench.startup.compare " + " ".join(argv if argv is not None else sys.argv[1:]),
             "compare": run_compare(trees, a.runs, a.cache, a.tokens, None if a.no_model else default_model(), a.threads)}
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    data["machine"]["loadavg_at_end"] = os.getloadavg()
+    data["machine"]["loadavg_at_end"] = loadavg()
     a.out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"startup-compare-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}"
     out = a.out_dir / f"{stem}-t{a.threads}.json"

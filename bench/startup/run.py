@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from lookupkit.bench.harness import RESULTS, SHARED, source_checkout, git_state, machine, warm_file
+from lookupkit.bench.harness import (RESULTS, SHARED, bench_dir, git_state, loadavg, machine, source_checkout, spread,
+                                     warm_file)
 
 REPO = source_checkout() or Path(__file__).resolve().parents[2]  # copy_package copies a checkout's layout
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
@@ -199,10 +199,7 @@ def purge_numba_cache(root: Path) -> int:
 
 
 def summary(values: list[float]) -> dict:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return {"n": 0}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+    return spread(values) or {"n": 0}
 
 
 def _first_draft_runs(n: int, args: list[str], env: dict, cwd: Path, before=None) -> list[dict]:
@@ -370,9 +367,8 @@ def command_costs(tmp: Path, cache: Path, runs: int, env: dict, cwd: Path, log) 
 
 
 def main(argv=None) -> None:
-
     p = argparse.ArgumentParser(prog="python -m lookupkit.bench.startup")
-    default = (Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench")
+    default = bench_dir()
     p.add_argument("--cache", type=Path, help="static cache (default: the study's largest static-*.lkc)")
     p.add_argument("--tokens", type=Path, default=EVAL)
     p.add_argument("--runs", type=int, default=3)
@@ -386,12 +382,12 @@ def main(argv=None) -> None:
             sys.exit(f"no static cache under {default}: pass --cache")
         cache = found[-1]
     warm_file(cache)
-    data = {"machine": machine(), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    data = {"machine": machine(gate=True), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "command": "python -m lookupkit.bench.startup " + " ".join(argv if argv is not None else sys.argv[1:]),
             "startup": run_startup(cache, a.runs, a.tokens, quick=a.quick)}
     data["startup_command"] = data["command"]
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    data["machine"]["loadavg_at_end"] = os.getloadavg()
+    data["machine"]["loadavg_at_end"] = loadavg()
     a.out_dir.mkdir(parents=True, exist_ok=True)
     out = a.out_dir / f"startup-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}.json"
     out.write_text(json.dumps(data, indent=1))

@@ -78,7 +78,7 @@ def model(cache: StaticCache, keys: np.ndarray, probes_per_key: int = 3) -> dict
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="lookupkit.bench.pagemodel", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lookupkit.bench.study.pagemodel", description=__doc__.split("\n")[0])
     p.add_argument("cache")
     p.add_argument("eval_tokens")
     p.add_argument("--ctx", type=int, default=4096)

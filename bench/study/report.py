@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from lookupkit.bench.harness import MB, MIN_RUNS, SHARED, verdict  # noqa: F401  (re-exported: the report's guards)
+from lookupkit.bench.harness import MB, MIN_RUNS, SHARED, median_min_max, verdict  # noqa: F401  (re-exported: the report's guards)
 from lookupkit.bench.startup.report import startup_section
 
 # anchors.md: the fork (Apple M4 Pro) and upstream llama.cpp measured on this kind of machine, 541 MB
@@ -23,8 +23,7 @@ UPSTREAM = {"load_ms": {0: 0, 25: 1110, 50: 2211, 100: 4022, 200: 5899, 541: 143
             "create_s": {25: 6, 50: 15, 100: 35, 200: 71, 541: 210}}
 
 
-def stats(values: list[float]) -> tuple[float, float, float]:
-    return statistics.median(values), min(values), max(values)
+stats = median_min_max
 
 
 def fmt(values: list[float], scale: float = 1.0, digits: int = 2) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from lookupkit.bench import llamacpp
 from lookupkit.errors import LookupkitError
 from lookupkit.bench.measure import python_module, run, script
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine, warm_file
+from lookupkit.bench.harness import RESULTS, SHARED, bench_dir, git_state, loadavg, machine, warm_file
 
 
 
@@ -42,7 +42,7 @@ class StudyConfig:
     llamacpp: bool = True
     end_to_end: bool = True
     startup: bool = True
-    workdir: Path = Path(os.environ.get("LOOKUPKIT_CACHE_DIR", Path.home() / ".cache" / "lookupkit")) / "bench"
+    workdir: Path = bench_dir()
     name: str = "full"
     results_dir: Path = RESULTS
 
@@ -216,7 +216,7 @@ class Study:
             if cfg.end_to_end:
                 self.end_to_end(cfg.sizes[-1])
         self.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        self.data["machine"]["loadavg_at_end"] = os.getloadavg()
+        self.data["machine"]["loadavg_at_end"] = loadavg()
         self.out.write_text(json.dumps(self.data, indent=1))
         return self.out
 

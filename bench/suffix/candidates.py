@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+from lookupkit.bench.harness import bench_dir, loadavg
 
 HELD_OUT = 200_000  # query contexts come from the ids after the indexed prefix
 
@@ -106,18 +107,18 @@ def run_infini(ids: np.ndarray, held_out: np.ndarray, work: str, queries: int, w
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.suffix.candidates", description=__doc__.splitlines()[0])
     ap.add_argument("ids")
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--builder", choices=["divsufsort", "doubling", "infini"], required=True)
-    ap.add_argument("--work", default="/tmp/lookupkit-infini")
+    ap.add_argument("--work", default=str(bench_dir() / "infini"))
     ap.add_argument("--queries", type=int, default=2000)
     ap.add_argument("--width", choices=["u32", "u16"], default="u32", help="infini-gram token width (u16: clamp16)")
     a = ap.parse_args()
     ids = np.fromfile(a.ids, dtype="<i4", count=a.tokens + HELD_OUT)
     ids, held_out = ids[:a.tokens], ids[a.tokens:]
     res = run_infini(ids, held_out, a.work, a.queries, a.width) if a.builder == "infini" else run_ours(ids, a.builder)
-    print(json.dumps({"builder": a.builder, "tokens": a.tokens, "load": os.getloadavg()[0], **res}))
+    print(json.dumps({"builder": a.builder, "tokens": a.tokens, "load": loadavg()[0], **res}))
 
 
 if __name__ == "__main__":

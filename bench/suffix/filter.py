@@ -9,8 +9,8 @@ lookup compiled beside the search: bench.suffix_filter_kernels), and the oracle 
 length (the most any filter could save) -- each in a fresh process, once with the page cache dropped
 (cold) and again (warm), and checks the filter's bounds against the index's answers at every call.
 
-    python -m lookupkit.bench.suffix.filter --cache /work/caches/gemma-wiki541-sx.lkc \
-        --eval-ids /work/data/wikitest.i32 --orders 2,4,8 --runs 3 --out bench/results/x.json
+    python -m lookupkit.bench.suffix.filter --cache CACHES/gemma-wiki541-sx.lkc \
+        --eval-ids DATA/wikitest.i32 --orders 2,4,8 --runs 3 --out bench/results/x.json
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import mmap
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,9 +30,9 @@ import numpy as np
 from lookupkit.bench.startup_probe import evict as evict_file
 
 from lookupkit.draft.suffix_source import MAX_LEN, MIN_SHARE
+from lookupkit.bench.harness import bench_dir, loadavg, wait_quiet
 
 N_RUN = 16  # run tokens per draft call (bench/suffix_replay's --max-tokens)
-QUIET = os.environ.get("LOOKUPKIT_QUIET_FILE")  # a file whose presence says another benchmark is running (unset: none)
 TIMED = ("cold", "warm", "search_only_warm")  # a timed process's passes
 PAYS = 0.10  # the filter pays if its slowest run beats plain's fastest by more than this share of a draft call
 
@@ -97,7 +98,7 @@ def child(a) -> None:
     from lookupkit.bench.suffix.filter_build import load_filter
 
     ev = np.fromfile(a.eval_ids, "<i4").astype(np.int64)
-    out = {"variant": a.variant, "advice": a.advice, "load": os.getloadavg()[0],
+    out = {"variant": a.variant, "advice": a.advice, "load": loadavg()[0],
            "resident_before_open": round(resident(Path(a.cache[0])), 4)}
     mode, flt, raw = a.variant.split(" ")[0], None, None
     if mode == "filtered":
@@ -166,7 +167,7 @@ def evict_and_run(a, variant: str, advice: str, paths: list[Path], extra: list[s
     how = evict(paths, a.evict)
     cmd = [sys.executable, "-m", "lookupkit.bench.suffix.filter", "--child", "--variant", variant, "--advice", advice,
            "--cache", str(paths[0]), "--eval-ids", a.eval_ids, *extra]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd="/tmp")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())  # not a source folder that shadows the package
     row = {**json.loads(out.stdout.strip().splitlines()[-1]), "load_at_start": load, "evicted_by": how}
     print(json.dumps(row), file=sys.stderr)
     return row
@@ -226,27 +227,19 @@ def measure_size(a, cache_path: Path, ev: np.ndarray, designs: list[list[int]], 
     return res
 
 
-def wait_quiet(max_load: float, patience_s: float) -> float:
-    """Wait while QUIET exists or the 1-minute load is >= max_load (that at most patience_s); the load then."""
-    t0 = time.monotonic()
-    while (QUIET and os.path.exists(QUIET)) or (os.getloadavg()[0] >= max_load and time.monotonic() - t0 < patience_s):
-        time.sleep(10)
-    return os.getloadavg()[0]
-
-
 def spread(xs: list[float], calls: int) -> dict:
     us = sorted(1e6 * x / calls for x in xs)
     return {"min": round(us[0], 3), "median": round(float(np.median(us)), 3), "max": round(us[-1], 3), "runs": len(us)}
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.suffix.filter", description=__doc__.splitlines()[0])
     ap.add_argument("--cache", nargs="+", required=True, help="version-3 .lkc files with a suffix index")
     ap.add_argument("--eval-ids", required=True, help="raw little-endian int32 ids of the text being written")
     ap.add_argument("--orders", nargs="+", default=["2,4,8"], help="filter designs: each a list of n-gram orders")
     ap.add_argument("--positions", type=int, default=0, help="draft calls at positions 1..N (0: the whole text)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--work", default="/tmp/suffix-filter", help="where filters and truths are kept")
+    ap.add_argument("--work", default=bench_dir() / "suffix-filter", help="where filters and truths are kept")
     ap.add_argument("--out", help="results JSON (then the markdown table is printed)")
     ap.add_argument("--max-load", type=float, default=1.5, help="start a timed process below this 1-minute load")
     ap.add_argument("--patience", type=float, default=300, help="seconds to wait for that load before starting anyway")
@@ -287,7 +280,7 @@ def main(argv=None) -> None:
         res["sizes"] = [measure_size(a, Path(c), ev, designs, work) for c in a.cache]
     except LookupkitError as e:
         sys.exit(f"suffix_filter: {e}")
-    res["loadavg_at_end"] = os.getloadavg()
+    res["loadavg_at_end"] = loadavg()
     res["filter_pays"] = any(v > PAYS for s in res["sizes"] for name, sv in s["clear_saving"].items()
                              if name.startswith("filtered") for k, v in sv.items() if "search_only" not in k)
     if a.out:

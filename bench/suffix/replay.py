@@ -156,7 +156,7 @@ def build_cache(a, path: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.suffix.replay", description=__doc__.splitlines()[0])
     ap.add_argument("--cache", required=True, help="a version-3 .lkc (lookup-create --suffix-index); built if missing")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--corpus-ids", help="raw int32 ids to build a missing --cache from")

@@ -311,7 +311,7 @@ def _now() -> str:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.suffix", description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="where relative --prose paths and the defaults live")
     ap.add_argument("--prose", action="append", metavar="NAME=IDS", help="a prose corpus as raw int32 ids "
                     f"(repeatable; default {' '.join(PROSE)} under --data)")
@@ -371,7 +371,7 @@ def run(argv: list[str]) -> None:
             raise SystemExit(f"error: {p} does not exist (held-out ids for the prose corpora)")
     result = {"study": "suffix-study", "started": _now(), "quick": a.quick,
               "command": shlex.join(["python", "-m", "lookupkit.bench.suffix", *argv]),
-              "git": git_state(), "machine": machine(), "n_ctx": N_CTX, "costs": list(COSTS), "timed_cost": TIMED_COST,
+              "git": git_state(), "machine": machine(gate=True), "n_ctx": N_CTX, "costs": list(COSTS), "timed_cost": TIMED_COST,
               "rule_draft": RULE_DRAFT, "policy_draft": POLICY_DRAFT, "memory_budget": a.memory_budget, "jobs": a.jobs,
               "build_runs": a.build_runs, "timing_runs": a.timing_runs, "note": a.note, "corpora": {}}
     for name, kind, tokens, tune_ids, eval_ids in corpora(a, work):

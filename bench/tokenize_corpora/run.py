@@ -167,7 +167,7 @@ def compare(model: Path, text: str, ids: np.ndarray) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.tokenize_corpora", description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=None, help="GGUF (default: lookupkit.models gemma-3-270m)")
     ap.add_argument("--mb", type=float, default=5, help="MB of each found corpus (default 5)")
     ap.add_argument("--prose-mb", type=float, default=25, help="MB of the prose corpus (default 25)")
@@ -185,7 +185,7 @@ def main(argv=None) -> dict:
         args.model = models.path("gemma-3-270m")
     import lookupkit
 
-    result = {"machine": machine(), "git": git_state(), "lookupkit": str(Path(lookupkit.__file__).parent),
+    result = {"machine": machine(gate=True), "git": git_state(), "lookupkit": str(Path(lookupkit.__file__).parent),
               "model": str(args.model), "command": " ".join(["python -m lookupkit.bench.tokenize_corpora",
                                                              *(argv if argv is not None else sys.argv[1:])]),
               "corpora": {}}

@@ -117,7 +117,7 @@ def spread(values: list[float]) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.tokenize_corpora.speed", description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=None, help="GGUF (default: lookupkit.models gemma-3-270m)")
     ap.add_argument("--corpus", type=Path, default=SHARED / "corpora" / "wiki541.txt.zst")
     ap.add_argument("--mb", type=int, default=25)
@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
         from lookupkit import models
 
         args.model = models.path("gemma-3-270m")
-    result = {"machine": machine(), "git": git_state(), "model": str(args.model), "corpus": str(args.corpus),
+    result = {"machine": machine(gate=True), "git": git_state(), "model": str(args.model), "corpus": str(args.corpus),
               "mb": args.mb}
     start = time.perf_counter()
     tok = Tokenizer.from_file(args.model)
