@@ -28,7 +28,8 @@ from lookupkit.bench.models import bench_dir
 from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
 from lookupkit.bench.serve import client
 from lookupkit.bench.serve.servers import Server, llama_server_cmd, lookupkit_cmd
-from lookupkit.bench.serve.tasks import STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts
+from lookupkit.bench.serve.tasks import (STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts, session_plan,
+                                         sessions)
 
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"  # lookupkit calibrate, this model
 POLICY_DRAFT = 16  # the policy rows' default --draft: the curve's largest k, as in the engines bench
@@ -52,8 +53,35 @@ def rows(curve: Path, n_draft: int = POLICY_DRAFT) -> list[dict]:
     ]
 
 
+def agent_rows(curve: Path, n_draft: int, table: list[dict]) -> list[dict]:
+    """The agent task's rows: llama-server none and ngram-mod (its table kept across requests), and
+    lookupkit's policy with learning off (the task's static cache) and with each way it can learn."""
+    base = [r for r in table if r["name"] in ("server:none", "server:ngram-mod", "lk:plain", "lk:policy-static")]
+    learning = [r for r in rows(curve, n_draft) if r["name"] == "lk:policy-static"][0]["args"]
+    return base + [{"name": f"lk:policy-static-learn-{how}", "kind": "lookupkit", "args": [*learning, "--learn", how]}
+                   for how in LEARN]
+
+
+LEARN = ("dynamic", "history")  # lookupkit serve --learn: what the server may learn from what it served
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_session(port: int, one: dict, n_new: int) -> list[dict]:
+    """One agent session on one server: each request is the previous request's prompt, the server's response
+    to it and the next user message; a retry re-sends the previous request verbatim."""
+    recs, prompt = [], None
+    for turn, retry in session_plan():
+        if turn == 1:
+            prompt = list(one["start"])
+        elif not retry:
+            prompt = prompt + recs[-1]["tokens"] + one["messages"][turn - 2]
+        rec = client.complete(port, prompt, n_new)
+        rec.update(turn=turn, retry=retry, n_prompt=len(prompt), prompt_ids=prompt)
+        recs.append(rec)
+    return recs
 
 
 class Bench:
@@ -105,6 +133,58 @@ class Bench:
             for s in servers.values():
                 s.stop()
         return {"ready": ready, "memory_after": memory, "runs": runs}
+
+    def agent(self, sess: list[dict], table: list[dict]) -> dict:
+        """Every row runs every session (rows rotated session by session); fresh servers for the task."""
+        servers = {r["name"]: self.server(r, TASK_CACHE["agent"]) for r in table}
+        runs = []
+        try:
+            ready = self.start(servers)
+            for i, one in enumerate(sess):
+                load = os.getloadavg()[0]
+                shift = i % len(table)
+                for row in table[shift:] + table[:shift]:
+                    for k, rec in enumerate(run_session(servers[row["name"]].port, one, self.args.agent_new)):
+                        rec.update(row=row["name"], task="agent", prompt=f"{i}.{k}", session=i, load1=load)
+                        runs.append(rec)
+                mine = [r for r in runs if r["session"] == i]
+                log(f"agent session {i} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
+                    f"{row['name']} {sum(r['n_gen'] for r in mine if r['row'] == row['name']) / sum(r['wall_s'] for r in mine if r['row'] == row['name']):.0f}"
+                    for row in table) + " tok/s")
+            memory = {n: s.memory() for n, s in servers.items()}
+        finally:
+            for s in servers.values():
+                s.stop()
+        return {"ready": ready, "memory_after": memory, "runs": runs,
+                "replay": {r["name"]: self.replay(r, runs) for r in table if "lookupkit" in r["args"]}}
+
+    def replay(self, row: dict, runs: list[dict]) -> dict:
+        """What `lookupkit replay-requests` predicts for one row from the requests and responses it served
+        (the command a user runs on a log), beside the decode speed-up it measured over lk:plain."""
+        import subprocess
+
+        mine = [r for r in runs if r["row"] == row["name"]]
+        log_path = self.logs / f"agent-{row['name'].replace(':', '-')}.jsonl"
+        with atomic_writer(log_path) as f:
+            for r in mine:
+                f.write((json.dumps({"prompt": r["prompt_ids"], "response": r["tokens"]}) + "\n").encode())
+        args = {a: b for a, b in zip(row["args"], row["args"][1:])}
+        cmd = [sys.executable, "-m", "lookupkit", "replay-requests", str(log_path), "-m", str(self.args.model),
+               "--policy", "lookupkit", "--verify-cost", args["--verify-cost"], "--draft", args["--draft"],
+               "--learn", args.get("--learn", "off"), "--json"]
+        if "-lcs" in args:
+            cmd += ["-lcs", str(self.args.caches / f"{TASK_CACHE['agent']}.lkc")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            return {"command": " ".join(cmd[2:]), "error": (proc.stderr or proc.stdout).strip()[-300:]}
+        res = json.loads(proc.stdout)["results"]
+        plain = [r for r in runs if r["row"] == "lk:plain"]
+        decode = lambda rs: sum(r["n_gen"] - 1 for r in rs) / sum(r["t_gen_s"] for r in rs)  # noqa: E731
+        return {"command": " ".join(cmd[2:]), "predicted": res[args.get("--learn", "off")].get("predicted_speedup"),
+                "predicted_off": res["off"].get("predicted_speedup"),
+                "measured": decode(mine) / decode(plain) if plain else None,
+                "drafted_accepted": [res[args.get("--learn", "off")]["drafted"], res[args.get("--learn", "off")]["accepted"]],
+                "server_drafted_accepted": [sum(r["drafted"] or 0 for r in mine), sum(r["accepted"] or 0 for r in mine)]}
 
     def concurrency(self, task: str, ids: list[list[int]], table: list[dict]) -> list[dict]:
         """At each client count: fresh servers with SLOTS slots, the same prompts, rows alternating."""
@@ -179,6 +259,8 @@ def parse_args(argv=None):
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--prompts", type=int, default=12, help="prompts per task (each sent once to every row)")
     ap.add_argument("--n-new", type=int, default=256, help="tokens generated per request (EOS ignored)")
+    ap.add_argument("--sessions", type=int, default=6, help="agent task: sessions (each row runs all of them)")
+    ap.add_argument("--agent-new", type=int, default=128, help="agent task: tokens generated per request")
     ap.add_argument("--clients", default="1,2,4", help="concurrent clients (servers with 4 slots)")
     ap.add_argument("--concurrency-tasks", default="prose,copy")
     ap.add_argument("--concurrency-prompts", type=int, default=8)
@@ -230,7 +312,8 @@ def _main(args) -> None:
     tokenize = _vocab_tokenizer(args.model)
     bos = tokenize("")[0]
     bench.warmup = [bos] + WARMUP_IDS
-    ids = {t: prompts(t, args.prompts, args.seed, tokenize, bos, args.code, args.n_new) for t in args.tasks}
+    ids = {t: prompts(t, args.prompts, args.seed, tokenize, bos, args.code, args.n_new) for t in args.tasks if t != "agent"}
+    sess = sessions(args.sessions, args.seed, bos, args.code, args.n_new, args.prompts) if "agent" in args.tasks else []
     conc_ids = {t: prompts(t, args.prompts + args.concurrency_prompts, args.seed, tokenize, bos, args.code,
                            args.n_new)[args.prompts:] for t in args.concurrency_tasks}
     bench.sharing_prompts = ids.get("prose", next(iter(ids.values()), []))[:4]
@@ -256,8 +339,15 @@ def _main(args) -> None:
     t0 = time.time()
     if "tasks" in args.parts:
         for task in args.tasks:
-            log(f"task {task}: {len(ids[task])} prompts x {args.n_new} tokens, {len(table)} rows")
-            result["tasks"][task] = bench.task(task, ids[task], table)
+            if task == "agent":
+                agent_table = agent_rows(args.curve, args.policy_draft, table)
+                log(f"task agent: {len(sess)} sessions of {len(session_plan())} requests x {args.agent_new} tokens, "
+                    f"{len(agent_table)} rows")
+                result["tasks"]["agent"] = bench.agent(sess, agent_table)
+                result["agent_sessions"] = sess
+            else:
+                log(f"task {task}: {len(ids[task])} prompts x {args.n_new} tokens, {len(table)} rows")
+                result["tasks"][task] = bench.task(task, ids[task], table)
             save()
     if "concurrency" in args.parts:
         conc = [r for r in table if r["name"] in ("server:ngram-mod", "lk:policy")]

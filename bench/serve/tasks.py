@@ -6,6 +6,10 @@
 * code: BOS and the first 256 ids of a django 5.0 file that is new or changed since 4.2 (the odd-indexed
   files of bench/suffix_code_task.py's eval.npz: the even ones tuned tables elsewhere); static corpus:
   every .py file of django 4.2 (the earlier release).
+* agent (issue 23): sessions like an agent's: each request re-sends the previous prompt and the server's
+  response and asks for the next part (the next AGENT_MESSAGE ids of a django 5.0 file the code task does
+  not use), AGENT_TURNS turns, and the second turn is sent twice, verbatim (a retry). The history grows
+  turn by turn; what the server served earlier is what the next request needs.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from pathlib import Path
 from lookupkit.errors import InputError
 from lookupkit.bench.provenance import SHARED
 
-TASKS = ("prose", "copy", "code")
+TASKS = ("prose", "copy", "code", "agent")
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
 CODE_PROMPT_TOKENS = 256
 # the static cache each task drafts from (lookupkit .lkc, llama-server the same counts as .lcs), in --caches
-TASK_CACHE = {"prose": "gemma-wiki25", "copy": "gemma-wiki25", "code": "code-django42"}
+TASK_CACHE = {"prose": "gemma-wiki25", "copy": "gemma-wiki25", "code": "code-django42", "agent": "code-django42"}
+AGENT_TURNS, AGENT_MESSAGE, AGENT_RETRY = 4, 64, 2  # turns per session, ids per user message, the retried turn
 STARTUP_CACHES = {"25MB": "gemma-wiki25", "100MB": "gemma-wiki100", "541MB": "gemma-wiki541"}
 
 
@@ -50,4 +55,39 @@ def prompts(task: str, n: int, seed: int, tokenize, bos: int, code_dir: Path | N
             raise InputError("the code task needs --code DIR with eval.npz: python -m lookupkit.bench.suffix_code_task "
                              "-m gemma-3-270m makes it (in $LOOKUPKIT_CACHE_DIR/code-task)")
         return [[bos] + p["ids"] for p in select_prompts(code_dir / "eval.npz", n, seed, CODE_PROMPT_TOKENS, n_new)]
-    raise InputError(f"unknown task {task!r} (tasks: {', '.join(TASKS)})")
+    raise InputError(f"unknown task {task!r} (tasks: {', '.join(TASKS)}; agent: use sessions())")
+
+
+def sessions(n: int, seed: int, bos: int, code_dir: Path | None, n_new: int, exclude: int) -> list[dict]:
+    """n agent sessions: {"start": BOS + a file's first CODE_PROMPT_TOKENS ids, "messages": the next user
+    messages}, from the odd-indexed django 5.0 files the code task's first `exclude` prompts do not use."""
+    from lookupkit.bench.code_engines import select_prompts
+
+    if code_dir is None or not (code_dir / "eval.npz").is_file():
+        raise InputError("the agent task needs --code DIR with eval.npz (python -m lookupkit.bench.suffix_code_task)")
+    need = CODE_PROMPT_TOKENS + (AGENT_TURNS - 1) * AGENT_MESSAGE
+    used = {p["index"] for p in select_prompts(code_dir / "eval.npz", exclude, seed, CODE_PROMPT_TOKENS, n_new)}
+    import numpy as np
+
+    with np.load(code_dir / "eval.npz") as z:
+        keys = sorted(z.files)
+        fit = [(i, z[k]) for i, k in enumerate(keys) if i % 2 == 1 and i not in used and len(z[k]) >= need]
+    if len(fit) < n:
+        raise InputError(f"{code_dir / 'eval.npz'} has {len(fit)} unused files of >= {need} ids, {n} sessions asked for")
+    out = []
+    for i, ids in random.Random(seed + 1).sample(fit, n):
+        ids = [int(t) for t in ids]
+        rest = ids[CODE_PROMPT_TOKENS:]
+        out.append({"index": i, "start": [bos] + ids[:CODE_PROMPT_TOKENS],
+                    "messages": [rest[k * AGENT_MESSAGE:(k + 1) * AGENT_MESSAGE] for k in range(AGENT_TURNS - 1)]})
+    return out
+
+
+def session_plan() -> list[tuple[int, bool]]:
+    """(turn, is_retry) in the order a session's requests are sent."""
+    plan = []
+    for turn in range(1, AGENT_TURNS + 1):
+        plan.append((turn, False))
+        if turn == AGENT_RETRY:
+            plan.append((turn, True))
+    return plan
