@@ -76,6 +76,7 @@ def targets(res: dict) -> list[tuple[str, bool | None, str]]:
         p = ratio(name, PLAIN, BASE)
         out.append((f"{name}: lk:plain within 5 % of llama-server none", p is not None and abs(p - 1) <= TARGET_PLAIN,
                     f"{p:.3f}x" if p else "missing"))
+    out += learning_targets(tables, res)
     for name, levels in res.get("concurrency", {}).items():
         at4 = {r["row"]: r["tok_per_s"] for r in levels if r["clients"] == 4}
         if RIVAL in at4 and "lk:policy" in at4:
@@ -96,6 +97,31 @@ def targets(res: dict) -> list[tuple[str, bool | None, str]]:
     return out
 
 
+OFF, LEARNT = "lk:policy-static", "lk:policy-static-learn-"
+TARGET_LEARN, TARGET_REPLAY = 1.5, 0.15
+
+
+def learning_targets(tables: dict, res: dict) -> list:
+    """Issue 23's: learning >= 1.5x learning off on the agent sessions and never below it elsewhere; the
+    replay's prediction within 15 % of the measured decode speed-up."""
+    out = []
+    for name, s in tables.items():
+        for row in sorted(r for r in s if r.startswith(LEARNT)):
+            if OFF not in s:
+                continue
+            r = s[row]["tok_per_s"] / s[OFF]["tok_per_s"]
+            if name == "agent":
+                out.append((f"agent: {row} >= {TARGET_LEARN}x learning off", r >= TARGET_LEARN, f"{r:.2f}x"))
+            else:
+                out.append((f"{name}: {row} not below learning off", r >= 1.0, f"{r:.2f}x"))
+    for row, rep in (res["tasks"].get("agent", {}).get("replay") or {}).items():
+        if rep.get("predicted") and rep.get("measured"):
+            err = rep["predicted"] / rep["measured"] - 1
+            out.append((f"agent: replay-requests predicts {row}'s decode speed-up within 15 %", abs(err) <= TARGET_REPLAY,
+                        f"predicted {rep['predicted']:.2f}x, measured {rep['measured']:.2f}x ({err:+.0%})"))
+    return out
+
+
 def markdown(res: dict) -> str:
     lines = [f"Command: `{res['command']}` — {res['date']}, git {str(res['git'].get('commit'))[:7]}"
              f"{' (dirty)' if res['git'].get('dirty') else ''}, {res['machine']['cpu']}, {res['machine']['cores']} cores; "
@@ -112,6 +138,19 @@ def markdown(res: dict) -> str:
                          f"{x.get('vs ' + RIVAL, float('nan')):.2f} | {x['req_p50']:.1f} / {x['req_p95']:.1f} "
                          f"({x['req_min']:.1f}–{x['req_max']:.1f}) | {x['ttft_p50'] * 1e3:.0f} / {x['ttft_p95'] * 1e3:.0f} | "
                          f"{acc} | {task['ready'][row]['t_ready_s']:.2f} |")
+        lines.append("")
+    replay = res["tasks"].get("agent", {}).get("replay")
+    if replay:
+        lines += ["**Replay of the agent sessions** (`lookupkit replay-requests` on each row's own served log; decode "
+                  "speed-up over lk:plain)", "", "| row | predicted | measured | replay drafted / accepted | server's |",
+                  "|---|---:|---:|---|---|"]
+        for row, rep in replay.items():
+            if "error" in rep:
+                lines.append(f"| {row} | error: {rep['error']} | | | |")
+                continue
+            lines.append(f"| {row} | {rep['predicted'] or float('nan'):.2f}x | {rep['measured'] or float('nan'):.2f}x | "
+                         f"{rep['drafted_accepted'][0]:,} / {rep['drafted_accepted'][1]:,} | "
+                         f"{rep['server_drafted_accepted'][0]:,} / {rep['server_drafted_accepted'][1]:,} |")
         lines.append("")
     if res.get("concurrency"):
         lines += ["**Concurrent clients** (4 slots each, aggregate tok/s)", "", "| task | row | " +

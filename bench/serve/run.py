@@ -53,13 +53,19 @@ def rows(curve: Path, n_draft: int = POLICY_DRAFT) -> list[dict]:
     ]
 
 
+def learn_rows(curve: Path, n_draft: int) -> list[dict]:
+    """lk:policy-static learning from what it served: --learn dynamic and --learn history."""
+    base = [r for r in rows(curve, n_draft) if r["name"] == "lk:policy-static"][0]["args"]
+    return [{"name": f"lk:policy-static-learn-{how}", "kind": "lookupkit", "args": [*base, "--learn", how]}
+            for how in LEARN]
+
+
 def agent_rows(curve: Path, n_draft: int, table: list[dict]) -> list[dict]:
     """The agent task's rows: llama-server none and ngram-mod (its table kept across requests), and
-    lookupkit's policy with learning off (the task's static cache) and with each way it can learn."""
+    lookupkit plain and the policy with learning off (the task's static cache) and with each way it learns."""
     base = [r for r in table if r["name"] in ("server:none", "server:ngram-mod", "lk:plain", "lk:policy-static")]
-    learning = [r for r in rows(curve, n_draft) if r["name"] == "lk:policy-static"][0]["args"]
-    return base + [{"name": f"lk:policy-static-learn-{how}", "kind": "lookupkit", "args": [*learning, "--learn", how]}
-                   for how in LEARN]
+    return base + [r for r in learn_rows(curve, n_draft) if r["name"] not in {b["name"] for b in table}] + \
+        [r for r in table if r["name"].startswith("lk:policy-static-learn-")]
 
 
 LEARN = ("dynamic", "history")  # lookupkit serve --learn: what the server may learn from what it served
@@ -268,6 +274,8 @@ def parse_args(argv=None):
     ap.add_argument("--parts", default="tasks,concurrency,startup")
     ap.add_argument("--seed", type=int, default=22, help="chooses the prompts (tune on another seed than the one you report)")
     ap.add_argument("--policy-draft", type=int, default=POLICY_DRAFT, help="the policy rows' --draft")
+    ap.add_argument("--learn-rows", action="store_true", help="add lk:policy-static with --learn dynamic and "
+                    "--learn history to every task (the agent task always has them)")
     ap.add_argument("--rows", help="only these rows (comma-separated names), e.g. server:ngram-mod,lk:policy")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 and 2 clients, no start-up part")
@@ -317,7 +325,7 @@ def _main(args) -> None:
     conc_ids = {t: prompts(t, args.prompts + args.concurrency_prompts, args.seed, tokenize, bos, args.code,
                            args.n_new)[args.prompts:] for t in args.concurrency_tasks}
     bench.sharing_prompts = ids.get("prose", next(iter(ids.values()), []))[:4]
-    table = rows(args.curve, args.policy_draft)
+    table = rows(args.curve, args.policy_draft) + (learn_rows(args.curve, args.policy_draft) if args.learn_rows else [])
     if args.rows:
         wanted = args.rows.split(",")
         unknown = set(wanted) - {r["name"] for r in table}
