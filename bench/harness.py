@@ -197,6 +197,21 @@ def entry(run, argv=None) -> None:
         sys.exit(f"error: {exc}")
 
 
+def load_results(path: Path, kind: str, what: str, writer: str) -> dict:
+    """One study's results JSON: InputError when it cannot be read or another study wrote it (its "kind")."""
+    import json
+
+    from lookupkit.errors import InputError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {kind} results {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise InputError(f"{path} is not {what} ({writer} writes one)")
+    return data
+
+
 def report_entry(prog: str, render, argv=None) -> None:
     """`python -m lookupkit.bench.STUDY.report RESULTS.json [-o DIR]`: render(results, out_dir) writes the
     study's markdown (and plots) into DIR, default output_dir(), and returns the markdown, printed here."""

@@ -125,6 +125,26 @@ def proc_memory(pid: int) -> dict:
     return out
 
 
+def healthy(port: int) -> bool:
+    """Whether the server on this local port answers /health with 200 (llama-server's and lookupkit serve's)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def stop(proc, timeout: float) -> None:
+    """Terminate a server process, killing it if it has not exited after timeout seconds."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Server:
     """One llama-server process on 127.0.0.1; `with Server(binary, model, extra) as s: s.complete(ids)`."""
 
@@ -157,20 +177,10 @@ class Server:
         raise InputError(f"llama-server not ready after {READY_TIMEOUT_S:.0f} s (log: {self.log})")
 
     def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc, 30)
 
     def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return healthy(self.port)
 
     def post(self, path: str, body: dict, timeout: float = 600.0) -> dict:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),

@@ -86,3 +86,13 @@ def test_help_runs(name):
     r = subprocess.run([sys.executable, "-m", f"lookupkit.bench.{name}", "--help"], capture_output=True, text=True,
                        cwd=Path("/"), timeout=120)
     assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
+
+
+def test_load_results_refuses_another_study(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"kind": "engines"}')
+    assert harness.load_results(path, "engines", "an engines bench result", "w") == {"kind": "engines"}
+    with pytest.raises(InputError, match="is not a code-engines result"):
+        harness.load_results(path, "code-engines", "a code-engines result", "w")
+    with pytest.raises(InputError, match="cannot read"):
+        harness.load_results(tmp_path / "none.json", "engines", "an engines bench result", "w")

@@ -1,4 +1,4 @@
-"""bench.suffix_study --quick end to end on small made-up corpora (a prose-like id stream and a two-release
+"""bench.suffix.run --quick end to end on small made-up corpora (a prose-like id stream and a two-release
 "code task" of .npz documents): its JSON agrees with itself (S(C) from the totals, the verdicts from the
 numbers, the index's bytes from its sections), caches are reused on a second run, and the report renders."""
 

@@ -16,28 +16,20 @@ from it).
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench.engines.report import first_divergence, plain_row
-from lookupkit.bench.harness import output_dir, report_entry, spread
+from lookupkit.bench.harness import load_results, output_dir, report_entry, spread
 
 HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 SUFFIX = "sx"  # rules.SOURCE_NAMES of the suffix source
 
 
 def load(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read code-engines results {path}: {exc}") from None
-    if data.get("kind") != "code-engines":
-        raise InputError(f"{path} is not a code-engines result (python -m lookupkit.bench.code_engines writes one)")
-    return data
+    return load_results(path, "code-engines", "a code-engines result", "python -m lookupkit.bench.code_engines")
 
 
 def tok_s(data: dict) -> dict:

@@ -32,12 +32,10 @@ the earlier release) and code-2.lkc (2-gram only). Writes bench/results/code-eng
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 import random
 import sys
-import time
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
@@ -45,12 +43,11 @@ from pathlib import Path
 import numpy as np
 
 from lookupkit.errors import InputError
-from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
 from lookupkit.bench.engines.rows import public, server_rows
-from lookupkit.bench.engines.run import calibrated_curve, deadline_of, expected_runs, log, run_all, to_lcs, versions
+from lookupkit.bench.engines.run import Session, deadline_of, expected_runs, log, run_all, to_lcs, versions
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, entry, git_state, loadavg, machine
+from lookupkit.bench.harness import entry, git_state, machine
 
 TASK = "code"
 CACHE_SX, CACHE_2 = "code-o6-sx.lkc", "code-2.lkc"  # in --caches
@@ -233,28 +230,11 @@ def main(argv=None) -> None:
 def _main(args) -> None:
     from lookupkit import StaticCache
     from lookupkit.bench.engines.runners import LlamaCppRunner
-    from lookupkit.verify_cost import VerifyCost, load_curve
 
-    date = datetime.date.today().isoformat()
-    out = args.output or (bench_dir() / "code-engines-quick.json" if args.quick
-                          else RESULTS / f"code-engines-{date}-vm.json")
-    work = bench_dir() / "code-engines"
-    logs = work / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    load_start = load_before = loadavg()
-    t_start = time.time()
     f = args.files
     statics = {"ctx": None, LABEL_2: StaticCache.open(f[LABEL_2]), LABEL_SX: StaticCache.open(f[LABEL_SX])}
-    curve_path = args.curve or calibrated_curve(args.model, out.with_suffix(".curve.json"), args.max_k,
-                                                args.calibrate_reps, args.threads)
-    cost = VerifyCost.of(curve_path)
-    calibration = load_curve(curve_path)
-    calibration.pop("raw_s", None)
-    binary = None
-    if "llama-server" in args.engines:
-        binary = llama_server.built() if args.quick else llama_server.build(jobs=args.threads)
-        if binary is None:
-            log("llama-server is not built: --quick skips its rows (python -m lookupkit.bench.llama_server builds it)")
+    sess = Session(args, "code-engines")
+    date, work, logs, cost, binary = sess.date, sess.work, sess.logs, sess.cost, sess.binary
     lcpp = LlamaCppRunner(args.model, args.threads)
     chosen = select_prompts(f["eval"], args.prompts, args.seed, args.prompt_tokens, args.n_new)
     prompts = [[lcpp.llm.token_bos(), *p["ids"]] for p in chosen]
@@ -275,7 +255,7 @@ def _main(args) -> None:
             runners["llama-server"] = lambda row, p, n: servers[row["name"]].complete(p, n)
         rows += code_rows(statics, {"sx": f["sx"], "nosx": f["nosx"]}, cost, args.policy_drafts, args.rule_n)
         runners["llama-cpp-python"] = lcpp.run
-        result = {
+        sess.result = {
             "kind": "code-engines", "date": date, "quick": args.quick, "complete": False,
             "git": git_state(), "machine": machine(gate=True, log=log), "versions": versions(),
             "command": " ".join(["python -m lookupkit.bench.code_engines", *sys.argv[1:]]),
@@ -284,32 +264,26 @@ def _main(args) -> None:
             "tables_about": {k: table_about(f[k]) for k in ("sx", "nosx")},
             "caches": {c: {"orders": statics[c].orders, "suffix_index": statics[c].suffix is not None,
                            "bytes": f[c].stat().st_size} for c in (LABEL_2, LABEL_SX)},
-            "calibration": {"source": str(curve_path), **calibration},
+            "calibration": {"source": str(sess.curve_path), **sess.calibration},
             "prompts": [{"index": p["index"], "key": p["key"], "n_tokens": p["n_tokens"], "head": h}
                         for p, h in zip(chosen, heads)],
             "prompt_tokens": prompts, "rows": [public(r) for r in rows],
             "server_ready": {n: s.t_ready_s for n, s in servers.items()},
         }
-
-        def checkpoint(runs, **extra):
-            result.update(runs=runs, wall_s=time.time() - t_start, **extra)
-            result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": loadavg()}
-            with atomic_writer(out) as fh:
-                fh.write((json.dumps(result) + "\n").encode())
-
+        checkpoint = sess.checkpoint
         for row in rows:  # warm-up (kernels, numba caches, first allocations): not recorded
             runners[row["engine"]](row, prompts[0], 8)
-        load_before = loadavg()
+        sess.runs_begin()
         runs = run_all(args, {TASK: prompts}, rows, runners, cost, statics, checkpoint)
         checkpoint(runs, complete=len(runs) == expected_runs(args, rows),
                    server_memory_after={n: llama_server.proc_memory(s.proc.pid) for n, s in servers.items()})
     log("greedy check: every llama-cpp-python row once more on the first repetition's prompts, untimed")
     checkpoint(runs, greedy_checks=greedy_checks(lcpp.llm, rows, prompts, runs, args.n_new))
-    log(f"wrote {out}")
+    log(f"wrote {sess.out}")
     if args.report:
         from lookupkit.bench.code_engines.report import HERE, render
 
-        print(render(out, bench_dir() / "ENGINES_CODE-quick.md" if args.quick else HERE / "ENGINES_CODE.md"))
+        print(render(sess.out, bench_dir() / "ENGINES_CODE-quick.md" if args.quick else HERE / "ENGINES_CODE.md"))
 
 
 if __name__ == "__main__":

@@ -13,15 +13,13 @@ batches). A target is "met" / "**not met**" only from measured figures, else "no
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.bench.engines.rows import cache_command
-from lookupkit.bench.harness import output_dir, report_entry
+from lookupkit.bench.harness import load_results, output_dir, report_entry
 
 HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 PREDICT_TOLERANCE = 0.15  # issue 13 item 6: replay + calibration within 15 % of measured generation time
@@ -29,13 +27,7 @@ ENGINE_COLORS = {"llama-server": "#4c72b0", "llama-cpp-python": "#dd8452", "tran
 
 
 def load(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read engines results {path}: {exc}") from None
-    if data.get("kind") != "engines":
-        raise InputError(f"{path} is not an engines bench result (python -m lookupkit.bench.engines writes one)")
-    return data
+    return load_results(path, "engines", "an engines bench result", "python -m lookupkit.bench.engines")
 
 
 def first_divergence(a: list, b: list) -> int | None:

@@ -47,7 +47,7 @@ from lookupkit.bench.engines.rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows,
 from lookupkit.bench.engines.costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
 from lookupkit.bench.generations import PROMPT_WORDS, paragraphs, prompt_text
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, entry, SHARED, git_state, loadavg, machine
+from lookupkit.bench.harness import RESULTS, SHARED, entry, git_state, loadavg, machine
 
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
 TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
@@ -55,6 +55,44 @@ TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Session:
+    """What the engines bench and its code-task variant (code_engines) set up before their rows and write
+    after each: the results path, work and log folders, the verify-cost curve (calibrated when not given),
+    llama-server's binary (None: its rows skipped), and the checkpointed results with their load averages."""
+
+    def __init__(self, args, name: str):
+        from lookupkit.verify_cost import VerifyCost, load_curve
+
+        self.date = datetime.date.today().isoformat()
+        self.out = args.output or (bench_dir() / f"{name}-quick.json" if args.quick
+                                   else RESULTS / f"{name}-{self.date}-vm.json")
+        self.work = bench_dir() / name
+        self.logs = self.work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.t_start, start = time.time(), loadavg()
+        self.load = {"start": start, "before_runs": start}
+        self.curve_path = args.curve or calibrated_curve(args.model, self.out.with_suffix(".curve.json"), args.max_k,
+                                                         args.calibrate_reps, args.threads)
+        self.cost = VerifyCost.of(self.curve_path)
+        self.calibration = load_curve(self.curve_path)
+        self.calibration.pop("raw_s", None)
+        self.binary = None
+        if "llama-server" in args.engines:
+            self.binary = llama_server.built() if args.quick else llama_server.build(jobs=args.threads)
+            if self.binary is None:
+                log("llama-server is not built: --quick skips its rows (python -m lookupkit.bench.llama_server builds it)")
+        self.result: dict = {}
+
+    def runs_begin(self) -> None:
+        self.load["before_runs"] = loadavg()
+
+    def checkpoint(self, runs, **extra) -> None:
+        self.result.update(runs=runs, wall_s=time.time() - self.t_start, **extra)
+        self.result["loadavg"] = {**self.load, "now": loadavg()}
+        with atomic_writer(self.out) as f:
+            f.write((json.dumps(self.result) + "\n").encode())
 
 
 # -- prompts ---------------------------------------------------------------------------------------
@@ -211,31 +249,13 @@ def main(argv=None) -> None:
 
 def _main(args) -> None:
     from lookupkit import StaticCache
-    from lookupkit.verify_cost import VerifyCost, load_curve
-
-    date = datetime.date.today().isoformat()
-    out = args.output or (bench_dir() / "engines-quick.json" if args.quick else RESULTS / f"engines-{date}-vm.json")
-    work = bench_dir() / "engines"
-    logs = work / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    load_start = load_before = loadavg()
-    t_start = time.time()
 
     caches, missing = find_caches(args.caches)
     log(f"static caches: {', '.join(str(p) for p in caches.values()) or 'none'}; missing: {missing or 'none'}")
     statics = {"ctx": None, **{c: StaticCache.open(p) for c, p in caches.items()}}
-    curve_path = args.curve or calibrated_curve(args.model, out.with_suffix(".curve.json"), args.max_k,
-                                                args.calibrate_reps, args.threads)
-    cost = VerifyCost.of(curve_path)
+    sess = Session(args, "engines")
+    date, work, logs, cost, binary = sess.date, sess.work, sess.logs, sess.cost, sess.binary
     log(f"policy table: {args.policy_table or 'the bundled default'}")
-    calibration = load_curve(curve_path)
-    calibration.pop("raw_s", None)
-
-    binary = None
-    if "llama-server" in args.engines:
-        binary = llama_server.built() if args.quick else llama_server.build(jobs=args.threads)
-        if binary is None:
-            log("llama-server is not built: --quick skips its rows (python -m lookupkit.bench.llama_server builds it)")
 
     runners, rows = {}, []
     lcpp = None
@@ -270,14 +290,14 @@ def _main(args) -> None:
         log(f"transformers loaded the GGUF in {hf_load_s:.1f} s")
         rows += hf_rows({c: statics[c] for c in caches}, args.hf_cost, args.policy_n, args.rule_n)
         runners["transformers"] = hf.run
-    result = {
+    sess.result = result = {
         "kind": "engines", "date": date, "quick": args.quick, "complete": False,
         "git": git_state(), "machine": machine(gate=True, log=log), "versions": versions(),
         "command": " ".join(["python -m lookupkit.bench.engines", *sys.argv[1:]]),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "caches": {c: str(p) for c, p in caches.items()}, "caches_missing": missing,
         "lcs": {c: str(p) for c, p in lcs.items()},
-        "calibration": {"source": str(curve_path), **calibration},
+        "calibration": {"source": str(sess.curve_path), **sess.calibration},
         "prompts": {t: [{"index": i, "n_tokens": len(p), "head": paras[i].split()[:8]} for i, p in enumerate(ps)]
                     for t, ps in prompts.items()},
         "prompt_tokens": prompts, "rows": [public(r) for r in rows],
@@ -285,27 +305,22 @@ def _main(args) -> None:
         "lookupkit_open": lookupkit_open_costs(caches, 5), "hf_load_s": hf_load_s,
     }
 
-    def checkpoint(runs, **extra):
-        result.update(runs=runs, wall_s=time.time() - t_start, **extra)
-        result["loadavg"] = {"start": load_start, "before_runs": load_before, "now": loadavg()}
-        with atomic_writer(out) as f:
-            f.write((json.dumps(result) + "\n").encode())
-
+    checkpoint = sess.checkpoint
     try:
         for row in rows:  # warm-up (kernels, numba caches, first allocations): not recorded
             runners[row["engine"]](row, prompts[args.tasks[0]][0], 8)
-        load_before = loadavg()
+        sess.runs_begin()
         runs = run_all(args, prompts, rows, runners, cost, statics, checkpoint)
         checkpoint(runs, complete=len(runs) == expected_runs(args, rows),
                    server_memory_after={n: llama_server.proc_memory(s.proc.pid) for n, s in servers.items()})
     finally:
         for s in servers.values():
             s.__exit__(None, None, None)
-    log(f"wrote {out}")
+    log(f"wrote {sess.out}")
     if args.report:
         from lookupkit.bench.engines.report import render
 
-        render(out)
+        render(sess.out)
 
 
 def expected_runs(args, rows) -> int:

@@ -3,7 +3,7 @@
     python -m lookupkit.bench.scale                       # 30M..610M tokens, 3 runs (1 above --repeat-max)
     python -m lookupkit.bench.scale --sizes 4M,8M --runs 1 --budget 256MiB
 
-Generates the largest corpus once (`scale_gen.ZipfMarkov`, int32 ids; every smaller size is its
+Generates the largest corpus once (`gen.ZipfMarkov`, int32 ids; every smaller size is its
 prefix) under ~/.cache/lookupkit/bench/scale (never in the repository), measures the growth of
 distinct 2-grams at each size, then runs `lookup-create --tokens ... --memory-budget B -j J --json`
 for every size, `--runs` times (once for sizes above `--repeat-max` tokens), recording wall time,

@@ -19,7 +19,7 @@ are taken inside the child (perf_counter from its first line), so the interprete
 
     python -m lookupkit.bench.startup.compare --tree ../lookupkit-before --runs 7
 
-writes bench/results/startup-compare-<date>-<host>-t<threads>.json and bench/STARTUP.md (bench.report_startup:
+writes bench/results/startup-compare-<date>-<host>-t<threads>.json and bench/STARTUP.md (bench.startup.report:
 one section per --threads run of that day).
 """
 

@@ -197,7 +197,7 @@ def compare_section(data: dict) -> list[str]:
 
 
 def write_compare(runs: list[dict], path: Path) -> None:
-    """bench/STARTUP.md from startup_compare results, one section each (written atomically)."""
+    """bench/STARTUP.md from startup.compare results, one section each (written atomically)."""
     from lookupkit.files import atomic_writer
 
     text = "\n".join(["# Start-up", "", "Written by `python -m lookupkit.bench.startup.compare` "

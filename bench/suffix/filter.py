@@ -5,7 +5,7 @@ on prose the bound mostly fails and the search gallops and bisects, each failing
 reads of the mapped SA and text. A filter over the n-grams of some orders bounds the match before the
 index is touched (the smallest order whose n-gram it does not hold, minus 1). This replays the draft
 calls over an evaluation text three ways -- plain, filter-bounded (pyfusefilter's Fuse8 built here, its
-lookup compiled beside the search: bench.suffix_filter_kernels), and the oracle that probes only the true
+lookup compiled beside the search: bench.suffix.filter_kernels), and the oracle that probes only the true
 length (the most any filter could save) -- each in a fresh process, once with the page cache dropped
 (cold) and again (warm), and checks the filter's bounds against the index's answers at every call.
 

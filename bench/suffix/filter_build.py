@@ -1,7 +1,7 @@
 """Building the n-gram membership filters bench/suffix/filter.py measures: pyfusefilter's Fuse8 (binary fuse,
 8-bit fingerprints, ~9 bits per key) over the distinct keys of every n-gram of the corpus text of each order,
 populated through pyfusefilter's C library and read back from its serialized form into the arrays the
-compiled lookup (bench.suffix_filter_kernels.fuse_contains) reads; and what calling it from Python costs.
+compiled lookup (bench.suffix.filter_kernels.fuse_contains) reads; and what calling it from Python costs.
 """
 
 from __future__ import annotations

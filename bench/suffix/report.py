@@ -1,4 +1,4 @@
-"""The suffix study's verdicts and tables (bench.suffix_study): issue 15's targets, each met or not from the
+"""The suffix study's verdicts and tables (bench.suffix.run): issue 15's targets, each met or not from the
 measured numbers, bench/SUFFIX.md, and the short section of bench/RESULTS.md that links it."""
 
 from __future__ import annotations
