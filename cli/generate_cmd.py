@@ -17,7 +17,7 @@ import typer
 
 from lookupkit.errors import InputError
 from lookupkit.files import open_input
-from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft
+from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft, DEFAULT_CTX
 from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
 from lookupkit.integrations.compare import MAX_RUNS, RUNS
@@ -51,7 +51,7 @@ def generate_cmd(
                              "their median speed-up, with the spread."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Time -n tokens in every run, past EOS."),
     threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
-    n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="Context size (prompt + generated tokens)."),
+    n_ctx: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="Context size (prompt + generated tokens)."),
     prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="The prompt text."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="A file holding the prompt text (UTF-8)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),

@@ -21,7 +21,7 @@ from typing import Optional
 import typer
 
 from lookupkit.errors import InputError
-from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT
+from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT, DEFAULT_CTX
 from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
 from lookupkit.serve.state import SAVE_EVERY
@@ -54,7 +54,7 @@ def serve_cmd(
     verify_cost: Optional[str] = VERIFY_COST,
     n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (0..{MAX_DRAFT}; "
                                 "0: no drafting, the plain baseline)."),
-    n_ctx: int = typer.Option(4096, "-c", "--ctx-size", help="Context size of all slots together (each gets "
+    n_ctx: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="Context size of all slots together (each gets "
                               "-c / --parallel, as llama-server's -np)."),
     threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
     parallel: int = typer.Option(1, "-np", "--parallel", help="Slots: requests generated at once, their drafts "

@@ -32,7 +32,7 @@ from lookupkit.replay.run import replay
 from lookupkit.replay.sweep import DEFAULTS, SWEPT_MAX, default_grid, expected_speedup, sweep as run_sweep, sweep_table
 from lookupkit.verify_cost import VerifyCost, speedup
 from lookupkit.replay.trace import ReplayTrace
-from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT, SOURCE_LEGEND
+from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT, SOURCE_LEGEND, DEFAULT_CTX
 from lookupkit.static import StaticCache
 from lookupkit.tokenizer import Tokenizer
 from lookupkit.cli.common import guarded, print_json, run
@@ -81,7 +81,7 @@ def stats(
                                        "ggngcmap or llama.cpp legacy)."),
     lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", metavar="FILE", help="Dynamic cache "
                                        "(legacy) to start from (must exist)."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", metavar="N", help="Chunk size in tokens (used as given)."),
+    ctx_size: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", metavar="N", help="Chunk size in tokens (used as given)."),
     n_draft: Optional[int] = typer.Option(None, "--draft", "--draft-max", "--draft-n", metavar="N", help="Maximum "
                                           f"drafted tokens per call (default {DEFAULTS['lookup']['n_draft']}; "
                                           f"{DEFAULTS['policy']['n_draft']} with --policy lookupkit, which drafts "

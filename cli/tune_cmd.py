@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from lookupkit.cli.common import guarded, print_json
+from lookupkit.rules import DEFAULT_CTX
 
 EXAMPLES = """Examples:
 
@@ -38,7 +39,7 @@ def tune_policy(
                                        "task's sequences only (default: all)."),
     slice_: Optional[str] = typer.Option(None, "--slice", metavar="START:COUNT", help="--tokens: use only these "
                                          "(default: all)."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", metavar="N", help="Replay chunk size (lookup-stats' -c)."),
+    ctx_size: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", metavar="N", help="Replay chunk size (lookup-stats' -c)."),
     out: Path = typer.Option(..., "-o", "--output", metavar="OUT", help="Where the tables JSON goes (written "
                              "atomically)."),
     as_json: bool = typer.Option(False, "--json", help="Print what the tables were learnt on as JSON."),

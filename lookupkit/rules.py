@@ -38,6 +38,9 @@ POLICY_DRAFT = 8
 ENGINE_DRAFT = 8
 MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
+# --ctx-size's default everywhere (lookup-stats' chunk, tune-policy, generate, serve, replay-requests): llama.cpp's
+# lookup examples replay in chunks of n_ctx 4096, and Gemma 3 270M's engine loops were measured at it.
+DEFAULT_CTX = 4096
 
 # Source codes of drafted tokens (the .steps files' last column): 1..4 context n-gram of size n,
 # 5..8 dynamic of size code - 4, 9 the static 2-gram, 10 lookupkit's longest-match source, and for

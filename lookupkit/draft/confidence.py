@@ -30,7 +30,7 @@ from ..counts.match_index import clear_index, ensure_room, index_position, new_i
 from ..errors import FormatError, InputError
 from ..files import atomic_writer, open_input
 from ..kernels import kernel
-from ..rules import SOURCE_NAMES
+from ..rules import SOURCE_NAMES, DEFAULT_CTX
 from .static_source import grow_memo, new_memo, static_arrays
 from ..static.high_orders import no_high
 from .policy import (AGREE_MAX, N_CANDIDATES, N_SOURCES, P_BINS, SHARE_BINS, SRC_SUFFIX, TOTAL_BINS, candidates,
@@ -95,7 +95,7 @@ def _replay_counts(chunks, n_ctx, static, dynamic, pol, shape, stage, history=No
     return hits, trials
 
 
-def learn(tokens, n_ctx: int = 4096, static=None, dynamic=None, prior: float = PRIOR) -> tuple[np.ndarray, np.ndarray]:
+def learn(tokens, n_ctx: int = DEFAULT_CTX, static=None, dynamic=None, prior: float = PRIOR) -> tuple[np.ndarray, np.ndarray]:
     """(table, agree) learnt on `tokens` (held-out ids), replayed lookup-stats' way in chunks of n_ctx: the
     first half gives each source's table, the second half how often the chosen candidate is right given
     its table bin and the sources agreeing with it (so neither stage is scored on the data it was fitted to)."""

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..rules import DEFAULT_CTX
 from ..files import open_input
 from ..verify_cost import speedup
 from ..replay.loop import replay_fast, replay_generation
@@ -86,7 +87,7 @@ def generations(path: str | os.PathLike, task: str | None = None) -> tuple[dict,
 
 
 def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens", generations_file=None,
-         task: str | None = None, slice_: str | None = None, n_ctx: int = 4096) -> tuple[tuple, dict]:
+         task: str | None = None, slice_: str | None = None, n_ctx: int = DEFAULT_CTX) -> tuple[tuple, dict]:
     """Learn tables with the StaticCache `cache` on held-out token ids (`tokens`, read from the file named
     `tokens_name`) or on a model's generations (a file); returns (tables, about) for confidence.save."""
     if (tokens is None) == (generations_file is None):

@@ -26,7 +26,7 @@ import numpy as np
 from .. import warmup
 from .engines import check_gguf, gguf_vocab, require
 from ..errors import InputError
-from ..rules import ENGINE_DRAFT, check_n_draft
+from ..rules import ENGINE_DRAFT, check_n_draft, DEFAULT_CTX
 
 SEQ = 0  # the one llama.cpp sequence this loop uses
 
@@ -182,7 +182,7 @@ class _Model:
         self.llm.n_tokens = 0  # Llama's own calls must not take our KV cache for its prompt cache
 
 
-def open_model(model, *, n_ctx: int = 4096, threads: int | None = None, parallel: int = 1, **llama_kwargs):
+def open_model(model, *, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, **llama_kwargs):
     """A `llama_cpp.Llama` for generate(), with llama-server's context defaults: flash attention on (the
     server's "auto" picks it on CPU; llama-cpp-python's default turns it off) and a sliding-window KV cache
     of the window's size (swa_full=False; llama-cpp-python's default keeps n_ctx cells for those layers).

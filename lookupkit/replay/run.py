@@ -14,7 +14,7 @@ import numpy as np
 from ..counts.dict_cache import NgramCache
 from ..counts.tables import NgramTable
 from ..errors import InputError
-from ..rules import DEFAULT_DRAFT, check_replay
+from ..rules import DEFAULT_DRAFT, check_replay, DEFAULT_CTX
 from .loop import replay_fast
 from .loop_reference import replay_reference
 from .trace import ReplayTrace
@@ -22,7 +22,7 @@ from .trace import ReplayTrace
 ENGINES = ("reference", "fast")
 
 
-def replay(tokens, n_ctx: int = 4096, n_draft: int = DEFAULT_DRAFT, static=None,
+def replay(tokens, n_ctx: int = DEFAULT_CTX, n_draft: int = DEFAULT_DRAFT, static=None,
            dynamic: NgramTable | None = None, engine: str = "fast", policy=None) -> tuple[ReplayTrace, NgramTable]:
     """Run lookup-stats over `tokens`; returns the trace and the dynamic cache after the last chunk.
 

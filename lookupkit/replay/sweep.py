@@ -21,7 +21,7 @@ from ..draft.rule import Thresholds
 from ..draft.policy import make_policy
 from ..verify_cost import DEFAULT_COST
 from ..errors import InputError
-from ..rules import POLICY_DRAFT
+from ..rules import POLICY_DRAFT, DEFAULT_CTX
 from ..counts.flat import LAX, STRICT
 from ..verify_cost import REPORTED_COSTS, VerifyCost, break_even, speedup
 from .trace import ReplayTrace
@@ -70,7 +70,7 @@ def default_grid(source: str = "lookup", n_draft: int | None = None, min_match: 
     return make_grid(n_draft=range(1, SWEPT_MAX + 1) if n_draft is None else n_draft, thresholds=THRESHOLD_VARIANTS)
 
 
-def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, n_ctx: int = 4096,
+def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, n_ctx: int = DEFAULT_CTX,
           source: str = "lookup", verify_cost: float | None = None, tables=None) -> list[dict]:
     """Replay `tokens` with the fast engine once per grid point; one row of results per point.
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..rules import MAX_DRAFT
+from ..rules import MAX_DRAFT, DEFAULT_CTX
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Served:
 
 
 def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_table=None, verify_cost=None,
-                n_draft: int = 8, n_ctx: int = 4096, threads: int | None = None, parallel: int = 1, queue: int = 32,
+                n_draft: int = 8, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, queue: int = 32,
                 on_batch=None, learn: str = "off", history_budget: int | None = None, state=None,
                 state_reset: bool = False, save_every: int | None = None) -> Served:
     """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline);
