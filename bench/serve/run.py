@@ -25,7 +25,7 @@ from lookupkit.errors import InputError, LookupkitError
 from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.provenance import RESULTS, git_state, machine, warm_file
+from lookupkit.bench.harness import RESULTS, git_state, machine, warm_file
 from lookupkit.bench.serve import client
 from lookupkit.bench.serve.servers import Server, llama_server_cmd, lookupkit_cmd
 from lookupkit.bench.serve.tasks import (STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts, session_plan,
@@ -312,7 +312,7 @@ def main(argv=None) -> None:
 
 
 def _main(args) -> None:
-    from lookupkit.bench.engines import _vocab_tokenizer, versions
+    from lookupkit.bench.engines.run import _vocab_tokenizer, versions
 
     date = datetime.date.today().isoformat()
     out = args.output or (bench_dir() / "serve-quick.json" if args.quick else RESULTS / f"serve-{date}-vm.json")

@@ -12,12 +12,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from lookupkit.errors import InputError
-from lookupkit.bench.llama_server import free_port, proc_memory
+from lookupkit.bench.llama_server import free_port, healthy, proc_memory, stop
 
 READY_TIMEOUT_S = 600.0  # llama-server parses a 541 MB .lcs for ~90 s
 
@@ -54,7 +52,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise InputError(f"{self.name or self.cmd[0]} exited with {self.proc.returncode} before it was "
                                  f"ready (log: {self.log})")
-            if self._healthy():
+            if healthy(self.port):
                 self.t_ready_s = time.perf_counter() - t0
                 self.memory_ready = proc_memory(self.proc.pid)
                 return self
@@ -66,20 +64,7 @@ class Server:
         self.stop()
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        stop(self.proc, timeout=60)
 
     def memory(self) -> dict:
         return proc_memory(self.proc.pid)

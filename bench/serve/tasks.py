@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from lookupkit.errors import InputError
-from lookupkit.bench.provenance import SHARED
+from lookupkit.bench.harness import SHARED
 
 TASKS = ("prose", "copy", "code", "agent")
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
@@ -49,7 +49,7 @@ def prompts(task: str, n: int, seed: int, tokenize, bos: int, code_dir: Path | N
         chosen = random.Random(seed).sample(paragraphs(VALID), n)
         return [tokenize(prompt_text(p, "wiki" if task == "prose" else "copy")) for p in chosen]
     if task == "code":
-        from lookupkit.bench.code_engines import select_prompts
+        from lookupkit.bench.code_engines.run import select_prompts
 
         if code_dir is None or not (code_dir / "eval.npz").is_file():
             raise InputError("the code task needs --code DIR with eval.npz: python -m lookupkit.bench.suffix_code_task "
@@ -61,7 +61,7 @@ def prompts(task: str, n: int, seed: int, tokenize, bos: int, code_dir: Path | N
 def sessions(n: int, seed: int, bos: int, code_dir: Path | None, n_new: int, exclude: int) -> list[dict]:
     """n agent sessions: {"start": BOS + a file's first CODE_PROMPT_TOKENS ids, "messages": the next user
     messages}, from the odd-indexed django 5.0 files the code task's first `exclude` prompts do not use."""
-    from lookupkit.bench.code_engines import select_prompts
+    from lookupkit.bench.code_engines.run import select_prompts
 
     if code_dir is None or not (code_dir / "eval.npz").is_file():
         raise InputError("the agent task needs --code DIR with eval.npz (python -m lookupkit.bench.suffix_code_task)")
