@@ -2,4 +2,6 @@
 lookupkit.bench.STUDY`) and its report, over one harness (`harness`: provenance, ../shared, output paths,
 the quiet-machine gate, spread statistics, the report's guards, the entry point) and a few shared tools
 that several studies run (models, llama_server, llamacpp, measure, startup_probe, generations,
-suffix_code_task). `lookupkit bench` runs the study of `study/`."""
+suffix_code_task). The studies: study (`lookupkit bench` runs it), startup, calibration, engines,
+code_engines, suffix, scale, tokenize_corpora, serve (the server beside llama-server), and three of one
+file each: generate_verdict, policy_study, serve_overhead."""

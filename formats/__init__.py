@@ -4,6 +4,11 @@
 fork's file) and `llama` (llama.cpp's legacy -lcs/-lcd file). Reading detects by magic where a format
 has one (the legacy file has none), by extension otherwise; conversions always go through a
 StaticTable, never format to format (`lookupkit.static.read_table` reads any format into one).
+
+Beside them: mapped (what opening a .lkc hands to StaticCache), streamed (the writer of a table on disk in
+parts), lkc_orders and lkc_suffix (the .lkc sections of higher orders and of the suffix index),
+constmap_build and constmap_probe (VMAP0001 built and probed in numba), llama_scan (the compiled pass over a
+legacy file) and history_state (`.lkh`, a served History kept across restarts).
 """
 
 from __future__ import annotations

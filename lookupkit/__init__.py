@@ -2,8 +2,13 @@
 
 The public face: `Tokenizer` (llama.cpp's ids from a GGUF vocabulary, no model), `StaticCache` (a
 static 2-gram cache opened in O(1)), `Drafter` (llama.cpp's drafting rule over context, dynamic
-and static caches) and `History` (earlier sequences, drafted from by lookupkit's policy). Everything else lives in the subpackages: tokenizer, counts, static, draft,
-replay, formats, corpora, integrations, cli, bench.
+and static caches) and `History` (earlier sequences, drafted from by lookupkit's policy). Everything else lives in the
+subpackages — tokenizer, corpora, counts, build, formats, static, suffix, draft, replay, integrations, serve,
+cli, bench — and in a few modules every room uses: rules (llama.cpp's facts and lookupkit's defaults, named
+once), errors (one exception family, messages for the terminal), files (inputs, atomic outputs, the cache
+directory), token_ids (the one validation of ids from outside), kernels (what the numba modules share),
+verify_cost (what a draft call costs), models (real models known by name), warmup and compile_notice (the
+kernels loaded early, a first compile announced once).
 """
 
 from ._lazy import lazy_faces

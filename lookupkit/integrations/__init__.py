@@ -4,7 +4,8 @@
 `generate()` in `llama_generate`, and llama-cpp-python's draft-model hook) and
 `lookupkit.integrations.transformers` (transformers' `generate(custom_generate=...)`) import their
 engine lazily, so importing this package costs nothing beyond lookupkit itself; `calibrate` measures
-what one more verified token costs on a GGUF model, through generate()'s own verify step.
+what one more verified token costs on a GGUF model, through generate()'s own verify step, and `compare`
+pairs plain and drafted runs into `lookupkit generate`'s verdict.
 
 An adapter builds its Drafter and loads the compiled kernels in a background thread from construction
 on (`lookupkit.warmup`; `open_model` starts the default kernels' warm-up and reads the model's

@@ -2,7 +2,9 @@
 
 run (`replay`: the readable loop of loop_reference or the compiled one of loop; loop.replay_generation:
 one generated sequence as an engine drafts it), longest_match (the
-`--source ngram` drafter and its replay), trace (`ReplayTrace`: every draft call and the tables
+`--source ngram` drafter and its replay), suffix_run (`--source suffix`: the run after the longest corpus
+match), requests (a served request log replayed with what the server learnt carried across requests:
+`lookupkit replay-requests`), trace (`ReplayTrace`: every draft call and the tables
 derived from it), sweep (grids of replays, expected speed-up).
 """
 

@@ -1,5 +1,7 @@
 """A suffix index over a corpus' token ids: the longest earlier match anywhere in the corpus, and the run of
-tokens its occurrences agree on (issue 15). On disk it is the .lkc version-3 sections
+tokens its occurrences agree on (issue 15): build (the text and its suffix array), merge (the out-of-core
+sort when it exceeds the memory budget), write (the sections lookup-create writes), search (longest match
+and continuation, compiled), reference (their readable definition). On disk it is the .lkc version-3 sections
 (formats.lkc_suffix, which defines the format's constants; `lookup-create --suffix-index` builds them with
 write.build_part; `StaticCache.suffix` hands them out); the policy drafts from it through
 draft.suffix_source, calling the kernels search.longest_match_kernel and continuation_kernel.
