@@ -17,7 +17,7 @@ from lookupkit.errors import InputError
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["calibration", "code_engines", "code_engines.report", "engines", "engines.report", "generate_verdict",
             "generations", "llama_server", "llamacpp", "models", "policy_study", "scale", "scale.ray", "serve",
-            "serve.report", "serve_overhead", "startup", "startup.compare", "startup_probe", "study.pagemodel",
+            "serve.report", "serve.restart", "serve_overhead", "startup", "startup.compare", "startup_probe", "study.pagemodel",
             "study.report", "suffix", "suffix.candidates", "suffix.filter", "suffix.replay", "suffix_code_task",
             "tokenize_corpora", "tokenize_corpora.speed"]
 
@@ -81,7 +81,7 @@ def test_no_machine_paths_in_bench_code():
     assert not hits, hits
 
 
-@pytest.mark.parametrize("name", ["engines", "suffix", "startup.compare"])
+@pytest.mark.parametrize("name", ["engines", "suffix", "startup.compare", "serve", "serve.restart"])
 def test_help_runs(name):
     r = subprocess.run([sys.executable, "-m", f"lookupkit.bench.{name}", "--help"], capture_output=True, text=True,
                        cwd=Path("/"), timeout=120)
