@@ -19,7 +19,7 @@ from lookupkit.errors import InputError
 from lookupkit.files import open_input
 from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft, DEFAULT_CTX
 from lookupkit.cli.common import guarded, print_json, progress
-from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
+from lookupkit.cli.model_options import LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
 from lookupkit.integrations.compare import MAX_RUNS, RUNS
 
 
@@ -37,10 +37,8 @@ Needs llama-cpp-python (pip install 'lookupkit[llama]').
 @guarded
 def generate_cmd(
     model: str = MODEL,
-    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap or "
-                                       "llama.cpp legacy); without it drafts come from the text so far (and -lcd)."),
-    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) to "
-                                       "start from (must exist)."),
+    lcs: Optional[Path] = LCS,
+    lcd: Optional[Path] = LCD,
     policy: PolicyName = POLICY,
     policy_table: Optional[Path] = POLICY_TABLE,
     verify_cost: Optional[str] = VERIFY_COST,

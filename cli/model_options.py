@@ -1,5 +1,5 @@
-"""The options `generate` and `serve` share (a model to load, how to draft), and the one `--policy` enum
-lookup-stats uses too: written once, so the commands cannot drift apart."""
+"""The options `generate`, `serve` and `replay-requests` share (a model to load, its caches, how to draft),
+and the one `--policy` enum lookup-stats uses too: written once, so the commands cannot drift apart."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ LearnMode = Enum("LearnMode", {m: m for m in LEARN_MODES}, type=str)  # serve an
 
 MODEL = typer.Option(..., "-m", "--model", metavar="MODEL.gguf|NAME", help="A GGUF model, or a name "
                      "`lookupkit model --list` knows (e.g. gemma-3-270m).")
+LCS = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap or llama.cpp legacy), "
+                   "mapped once and shared by every sequence; without it drafts come from the text so far (and -lcd).")
+LCD = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (llama.cpp legacy, must exist) every "
+                   "sequence's drafting starts from.")
 POLICY = typer.Option(PolicyName.llama, "--policy", help="llama.cpp: its drafting rule, exactly; "
                       "lookupkit: draft only what pays at --verify-cost.")
 POLICY_TABLE = typer.Option(None, "--policy-table", metavar="FILE", help="--policy lookupkit: confidence tables "

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from lookupkit.cli.common import guarded, print_json
-from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
+from lookupkit.cli.model_options import LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
 from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft, DEFAULT_CTX
 
 
@@ -28,8 +28,8 @@ The log: one JSON object per line, {"prompt": [token ids], "response": [token id
 def replay_requests_cmd(
     log: Path = typer.Argument(..., metavar="LOG.jsonl", help="The requests, in the order they were served."),
     model: str = MODEL,
-    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache, as the server's."),
-    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) to start from."),
+    lcs: Optional[Path] = LCS,
+    lcd: Optional[Path] = LCD,
     policy: PolicyName = POLICY,
     policy_table: Optional[Path] = POLICY_TABLE,
     verify_cost: Optional[str] = VERIFY_COST,

@@ -23,7 +23,7 @@ import typer
 from lookupkit.errors import InputError
 from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT, DEFAULT_CTX
 from lookupkit.cli.common import guarded
-from lookupkit.cli.model_options import MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
+from lookupkit.cli.model_options import LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
 from lookupkit.serve.state import SAVE_EVERY
 
 
@@ -45,10 +45,8 @@ Needs pip install 'lookupkit[serve,llama]'.
 @guarded
 def serve_cmd(
     model: str = MODEL,
-    lcs: Optional[Path] = typer.Option(None, "-lcs", "--lookup-cache-static", help="Static cache (lkc, ggngcmap or "
-                                       "llama.cpp legacy), mapped once and shared by every slot."),
-    lcd: Optional[Path] = typer.Option(None, "-lcd", "--lookup-cache-dynamic", help="Dynamic cache (legacy) every "
-                                       "request's drafting starts from."),
+    lcs: Optional[Path] = LCS,
+    lcd: Optional[Path] = LCD,
     policy: PolicyName = POLICY,
     policy_table: Optional[Path] = POLICY_TABLE,
     verify_cost: Optional[str] = VERIFY_COST,
