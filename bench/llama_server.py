@@ -145,42 +145,62 @@ def stop(proc, timeout: float) -> None:
             proc.wait()
 
 
-class Server:
-    """One llama-server process on 127.0.0.1; `with Server(binary, model, extra) as s: s.complete(ids)`."""
+def llama_server_cmd(binary: Path, model: Path, port: int, threads: int, ctx: int, parallel: int,
+                     extra: list[str]) -> list[str]:
+    """llama-server, greedy, no prompt cache (as every request is a new prompt), -np slots."""
+    return [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+            "-tb", str(threads), "-c", str(ctx), "-np", str(parallel), "--temp", "0", "--no-cache-prompt", *extra]
 
-    def __init__(self, binary: Path, model: Path, extra: list[str] = (), threads: int = 2,
-                 ctx: int = 4096, log: Path | None = None):
+
+
+class ServerProcess:
+    """A local HTTP server process of either kind (llama-server or `lookupkit serve`) on a free port:
+    `with ServerProcess(make_cmd, log, name) as s:` s.port, s.t_ready_s (spawn to /health 200), s.memory_ready
+    (VmRSS/VmHWM then); stopped with SIGTERM (then SIGKILL after stop_timeout) on exit."""
+
+    def __init__(self, make_cmd, log: Path | None = None, name: str = "", ready_timeout: float = READY_TIMEOUT_S,
+                 stop_timeout: float = 30.0):
         self.port = free_port()
-        self.cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-                    "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1",
-                    "--temp", "0", "--no-cache-prompt", *extra]
-        self.log = log
+        self.cmd = make_cmd(self.port)
+        self.log, self.name = log, name or Path(self.cmd[0]).name
+        self.ready_timeout, self.stop_timeout = ready_timeout, stop_timeout
         self.proc = None
         self.t_ready_s = None
         self.memory_ready = {}
 
-    def __enter__(self) -> "Server":
+    def __enter__(self):
         out = open(self.log, "w") if self.log else subprocess.DEVNULL
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = t0 + READY_TIMEOUT_S
-        while time.perf_counter() < deadline:
+        while time.perf_counter() - t0 < self.ready_timeout:
             if self.proc.poll() is not None:
-                raise InputError(f"llama-server exited with {self.proc.returncode} before it was ready"
+                raise InputError(f"{self.name} exited with {self.proc.returncode} before it was ready"
                                  f" (log: {self.log}): {' '.join(self.cmd)}")
-            if self._healthy():
+            if healthy(self.port):
                 self.t_ready_s = time.perf_counter() - t0
                 self.memory_ready = proc_memory(self.proc.pid)
                 return self
-            time.sleep(0.05)
-        self.__exit__(None, None, None)
-        raise InputError(f"llama-server not ready after {READY_TIMEOUT_S:.0f} s (log: {self.log})")
+            time.sleep(0.02)
+        self.stop()
+        raise InputError(f"{self.name} not ready after {self.ready_timeout:.0f} s (log: {self.log})")
 
     def __exit__(self, *exc) -> None:
-        stop(self.proc, 30)
+        self.stop()
 
-    def _healthy(self) -> bool:
-        return healthy(self.port)
+    def stop(self) -> None:
+        stop(self.proc, self.stop_timeout)
+
+    def memory(self) -> dict:
+        return proc_memory(self.proc.pid)
+
+
+class Server(ServerProcess):
+    """One llama-server process on 127.0.0.1; `with Server(binary, model, extra) as s: s.complete(ids)`."""
+
+    def __init__(self, binary: Path, model: Path, extra: list[str] = (), threads: int = 2,
+                 ctx: int = 4096, log: Path | None = None):
+        super().__init__(lambda port: llama_server_cmd(binary, model, port, threads, ctx, 1, list(extra)), log,
+                         "llama-server")
 
     def post(self, path: str, body: dict, timeout: float = 600.0) -> dict:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),

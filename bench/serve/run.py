@@ -27,7 +27,8 @@ from lookupkit.bench import llama_server
 from lookupkit.bench.models import bench_dir
 from lookupkit.bench.harness import RESULTS, git_state, machine, warm_file
 from lookupkit.bench.serve import client
-from lookupkit.bench.serve.servers import Server, llama_server_cmd, lookupkit_cmd
+from lookupkit.bench.llama_server import llama_server_cmd
+from lookupkit.bench.serve.servers import Server, lookupkit_cmd
 from lookupkit.bench.serve.tasks import (STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts, session_plan,
                                          sessions)
 
@@ -118,51 +119,43 @@ class Bench:
             log(f"  {name}: ready in {s.t_ready_s:.2f} s, RSS {s.memory_ready.get('VmRSS', 0) / 2**20:.0f} MiB")
         return ready
 
-    def task(self, task: str, ids: list[list[int]], table: list[dict]) -> dict:
-        """Every row once per prompt, rows rotated; fresh servers for this task."""
+    def rounds(self, task: str, items: list, table: list[dict], send) -> dict:
+        """Fresh servers for the task; per item (a prompt, a session) every row once, rows rotated item by item:
+        send(port, item, i) -> the records of its requests."""
         servers = {r["name"]: self.server(r, TASK_CACHE[task]) for r in table}
         runs = []
         try:
             ready = self.start(servers)
-            for i, prompt in enumerate(ids):
-                load = os.getloadavg()[0]
+            for i, item in enumerate(items):
+                load, first = os.getloadavg()[0], len(runs)
                 shift = i % len(table)
                 for row in table[shift:] + table[:shift]:
-                    rec = client.complete(servers[row["name"]].port, prompt, self.args.n_new)
-                    rec.update(row=row["name"], task=task, prompt=i, n_prompt=len(prompt), load1=load)
-                    runs.append(rec)
-                mine = [r for r in runs if r["prompt"] == i]
+                    for rec in send(servers[row["name"]].port, item, i):
+                        rec.update(row=row["name"], task=task, load1=load)
+                        runs.append(rec)
+                speed = {}
+                for r in runs[first:]:
+                    n, t = speed.get(r["row"], (0, 0.0))
+                    speed[r["row"]] = (n + r["n_gen"], t + r["wall_s"])
                 log(f"{task} {i} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
-                    f"{r['row']} {r['n_gen'] / r['wall_s']:.0f}" for r in mine) + " tok/s")
+                    f"{row} {n / t:.0f}" for row, (n, t) in speed.items()) + " tok/s")
             memory = {n: s.memory() for n, s in servers.items()}
         finally:
             for s in servers.values():
                 s.stop()
         return {"ready": ready, "memory_after": memory, "runs": runs}
 
+    def task(self, task: str, ids: list[list[int]], table: list[dict]) -> dict:
+        """Every prompt once on every row."""
+        return self.rounds(task, ids, table, lambda port, prompt, i: [
+            {**client.complete(port, prompt, self.args.n_new), "prompt": i, "n_prompt": len(prompt)}])
+
     def agent(self, sess: list[dict], table: list[dict]) -> dict:
-        """Every row runs every session (rows rotated session by session); fresh servers for the task."""
-        servers = {r["name"]: self.server(r, TASK_CACHE["agent"]) for r in table}
-        runs = []
-        try:
-            ready = self.start(servers)
-            for i, one in enumerate(sess):
-                load = os.getloadavg()[0]
-                shift = i % len(table)
-                for row in table[shift:] + table[:shift]:
-                    for k, rec in enumerate(run_session(servers[row["name"]].port, one, self.args.agent_new)):
-                        rec.update(row=row["name"], task="agent", prompt=f"{i}.{k}", session=i, load1=load)
-                        runs.append(rec)
-                mine = [r for r in runs if r["session"] == i]
-                log(f"agent session {i} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
-                    f"{row['name']} {sum(r['n_gen'] for r in mine if r['row'] == row['name']) / sum(r['wall_s'] for r in mine if r['row'] == row['name']):.0f}"
-                    for row in table) + " tok/s")
-            memory = {n: s.memory() for n, s in servers.items()}
-        finally:
-            for s in servers.values():
-                s.stop()
-        return {"ready": ready, "memory_after": memory, "runs": runs,
-                "replay": {r["name"]: self.replay(r, runs) for r in table if "lookupkit" in r["args"]}}
+        """Every session on every row, then each lookupkit row's served log replayed."""
+        out = self.rounds("agent", sess, table, lambda port, one, i: [
+            {**rec, "prompt": f"{i}.{k}", "session": i} for k, rec in enumerate(run_session(port, one, self.args.agent_new))])
+        out["replay"] = {r["name"]: self.replay(r, out["runs"]) for r in table if "lookupkit" in r["args"]}
+        return out
 
     def replay(self, row: dict, runs: list[dict]) -> dict:
         """What `lookupkit replay-requests` predicts for one row from the requests and responses it served
