@@ -115,17 +115,6 @@ def warm_file(path: Path) -> None:
 
 # -- whether: the quiet-machine gate ---------------------------------------------------------------------
 
-QUIET_FILE = os.environ.get("LOOKUPKIT_QUIET_FILE")  # a file whose presence says another benchmark runs (unset: none)
-
-
-def wait_quiet(max_load: float, patience_s: float) -> float:
-    """Wait while QUIET_FILE exists or the 1-minute load is >= max_load (that at most patience_s); the load then."""
-    t0 = time.monotonic()
-    while (QUIET_FILE and os.path.exists(QUIET_FILE)) or (loadavg()[0] >= max_load and time.monotonic() - t0 < patience_s):
-        time.sleep(10)
-    return loadavg()[0]
-
-
 def others_cpu(seconds: float = 1.0) -> float:
     """How many cores other processes used over `seconds` (psutil, via integrations.compare.CpuSampler)."""
     from lookupkit.integrations.compare import CpuSampler
