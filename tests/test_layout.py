@@ -1,5 +1,8 @@
 """The package's shape: no import cycles (imports inside functions included), the load/draft path free of
-the CLI, the benchmarks and the corpus readers, modules of a readable size, `python -m lookupkit`."""
+the CLI, the benchmarks and the corpus readers, modules of a readable size, `python -m lookupkit`.
+
+MAX_LINES is the project's one line limit for a module: it is stated here and nowhere else (a module over it
+is split along a job boundary, not squeezed)."""
 
 from __future__ import annotations
 
