@@ -22,6 +22,9 @@ from lookupkit.draft.policy_reference import draft_policy_reference
 from lookupkit.errors import FormatError, InputError, VocabMismatchError
 from lookupkit.formats import history_state
 
+NO_TRUST = (0.0, 0.0)  # these tests pin the sources; the trust (draft.trust) is pinned in test_policy
+
+
 LONGEST = int(MATCH_LENGTHS[0])
 
 
@@ -93,7 +96,7 @@ def test_compiled_policy_drafts_from_a_history_as_its_reference(seed, cost, n_dr
     tables = random_tables(rng)
     cost_of = lambda k: 1 + cost * k  # noqa: E731
     drafter = Drafter(policy="lookupkit", history=hist)
-    drafter._pol = make_policy(tables, cost_of, 1024, None, None, hist.view())
+    drafter._pol = make_policy(tables, cost_of, 1024, None, None, hist.view(), trust=NO_TRUST)
     seq = np.concatenate([learnt[-1][40:160], phrases(rng, 180, bank=bank)])
     log = hist.tokens()
     for i in range(1, len(seq), 11):

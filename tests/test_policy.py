@@ -18,13 +18,14 @@ from lookupkit.counts.high_orders import count_order, ngram_hash, parse_orders
 from lookupkit.draft import confidence
 from lookupkit.draft.policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_MATCH, SRC_STATIC, TOTAL_BINS,
                                     make_policy, source_code)
-from lookupkit.draft.policy_reference import draft_policy_reference
+from lookupkit.draft.policy_reference import draft_policy_reference, learn_trust
+from lookupkit.draft.trust import N_FAMILIES
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import lkc
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams, unpack_value
 from lookupkit.replay.loop import replay_fast
-from lookupkit.rules import SOURCE_NAMES, context_code, dynamic_code, static_code
+from lookupkit.rules import SOURCE_NAMES, TRUST_PRIOR, TRUST_WINDOW, context_code, dynamic_code, static_code
 
 FBITS = 10  # ids < 1024 in these tests
 
@@ -130,15 +131,21 @@ def test_compiled_policy_drafts_as_its_reference(seed, cost, n_draft):
     dyn.update(learnt.tolist())
     drafter = Drafter(static=cache, dynamic=dyn.to_table(), policy="lookupkit")
     drafter._pol = make_policy(tables, cost_of, 1024, cache.high)
-    drafted = 0
+    drafted, evidence, record, prior = 0, np.zeros((N_FAMILIES, 2)), [], TRUST_PRIOR
+    params = (prior, 1 - 1 / TRUST_WINDOW)
     for i in range(1, len(seq), 7):
         ctx = NgramCache()
         ctx.update(seq[:i].tolist())
+        learn_trust(evidence, params, record, seq[i - 7:i].tolist())  # what followed the last call
+        record = []
         want = draft_policy_reference(seq[:i].tolist(), n_draft, ctx, dyn, cache, high, tables,
-                                      [cost_of(k) for k in range(n_draft + 1)])
+                                      [cost_of(k) for k in range(n_draft + 1)],
+                                      factors=(evidence[:, 1] + prior) / (evidence[:, 0] + prior), record=record)
         assert drafter.draft(seq[:i], n_draft) == want, i
+        np.testing.assert_allclose(drafter._pol.trust.evidence, evidence, rtol=1e-12)
         drafted += len(want)
     assert drafted > 0 or cost == 1.0  # the comparison is not between two empty drafts
+    assert evidence[0, 0] > 0 or cost == 1.0  # and the trust learnt something (C = 1: no candidate is looked up)
 
 
 def test_replay_with_the_policy_never_drafts_what_cannot_pay(tmp_path):

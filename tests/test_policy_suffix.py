@@ -25,7 +25,10 @@ from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, SUFFIX
 from lookupkit.suffix import build_index, corpus_text
+
 from test_policy import FBITS, phrase_stream, random_tables, with_orders
+
+NO_TRUST = (0.0, 0.0)  # these tests pin the sources; the trust (draft.trust) is pinned in test_policy
 
 
 def code_task(seed: int, n: int = 700, pieces: int = 6):
@@ -87,7 +90,7 @@ def test_compiled_policy_with_the_suffix_source_drafts_as_its_reference(seed, co
     cost_of = (lambda k: curve.get(k, np.inf)) if cost == "curve" else (lambda k: 1 + cost * k)
     costs = [cost_of(k) for k in range(n_draft + 1)]
     drafter = Drafter(static=cache, policy="lookupkit")
-    pol = make_policy(tables, cost_of, 1024, cache.high, index)
+    pol = make_policy(tables, cost_of, 1024, cache.high, index, trust=NO_TRUST)
     assert pol.suffix.min_match == min_match
     drafter._pol = pol._replace(suffix=suffix_arrays(index, 1024, max_len, min_match))
     dyn = NgramCache()
@@ -119,7 +122,7 @@ def test_a_replay_with_the_suffix_source_drafts_as_the_reference_call_after_call
     cache, high = with_orders(docs, orders=(3,), min_total=1, min_share=0.0)
     tables = suffix_tables(rng, True)
     n_ctx, n_draft = 96, 6
-    pol = make_policy(tables, lambda k: 1 + 0.1 * k, n_draft, cache.high, index)
+    pol = make_policy(tables, lambda k: 1 + 0.1 * k, n_draft, cache.high, index, trust=NO_TRUST)
     trace, _ = replay_fast(seq, n_ctx, n_draft, static=cache, policy=pol)
     dyn, at = NgramCache(), 0
     for chunk in range((len(seq) - 1) // n_ctx):

@@ -62,7 +62,7 @@ def _observe_chunk(truth, first, ctx, dyn, st, memo, pol, dummy, hits, trials, s
                     trials[src, cand[src, 1], cand[src, 2]] += 1
                     hits[src, cand[src, 1], cand[src, 2]] += tok == truth[i]
         else:
-            tok, _, p_bin, agree = choose(pol, cand)
+            tok, _, p_bin, agree = choose(pol, cand, 0)  # no evidence: every trust factor is 1
             if tok >= 0:
                 trials[p_bin, agree, 0] += 1
                 hits[p_bin, agree, 0] += tok == truth[i]

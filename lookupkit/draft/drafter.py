@@ -34,7 +34,7 @@ from ..counts.match_index import clear_index, ensure_room, index_positions
 from ..verify_cost import VerifyCost
 from .confidence import load as load_table
 from ..verify_cost import DEFAULT_COST
-from .policy import check_policy, make_policy, policy_draft
+from .policy import check_policy, learn, make_policy, policy_draft
 from .suffix_source import reset as reset_suffix
 from .history import History
 
@@ -87,6 +87,7 @@ class Drafter:
         self._ctx = FlatCache(1024, 1024, self.thresholds.context)
         self._seq = np.zeros(1024, np.int32)
         self._n = 0
+        self._drafted_at = -1  # where the last policy draft was made (its trust learns what followed), -1: none
         self.last_sources: list[str] = []
 
     @property
@@ -121,6 +122,7 @@ class Drafter:
         n_draft = check_n_draft(n_draft)
         if tokens is not None:
             self._sync(token_ids(tokens, "tokens"))
+        self._learn_outcome()
         if self._pol is None:
             out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
         else:
@@ -133,6 +135,7 @@ class Drafter:
                     k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo,
                                      self._pol, drafted, sources, 0)
             out, codes = drafted[:k].copy(), sources[:k]
+            self._drafted_at = self._n
         self._memo = grow_memo(self._memo)
         self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
         return out.tolist()
@@ -145,6 +148,7 @@ class Drafter:
         """
         if tokens is not None:
             self._sync(token_ids(tokens, "tokens"))
+        self._learn_outcome()
         if learn and self.history is not None:
             self.history.learn(self._seq[:self._n])
         elif learn:
@@ -154,6 +158,12 @@ class Drafter:
     def dynamic_table(self) -> NgramTable:
         """The dynamic cache's counts (to save as an -lcd file), saturated at 2^31-1."""
         return self._dyn.to_table()
+
+    def _learn_outcome(self) -> None:
+        """Let the policy's trust (draft.trust) score its last call against the tokens that followed it."""
+        if self._drafted_at >= 0 and self._n > self._drafted_at:
+            learn(self._pol, self._seq, self._drafted_at, self._n, self._buf[0], 0)
+            self._drafted_at = -1
 
     def _sync(self, tokens: np.ndarray) -> None:
         n = self._n
@@ -167,6 +177,7 @@ class Drafter:
         """Drop the sequence: its context cache and, under the policy, its longest-match index and the
         suffix source's previous lookup."""
         self._ctx.clear()
+        self._drafted_at = -1
         if self._pol is not None:
             clear_index(self._pol.index)
             reset_suffix(self._pol.suffix)

@@ -8,7 +8,8 @@ for n = 1..4 (top follower, share, total), the static 2-gram, the static cache's
 longest match in the static cache's corpus (its suffix index: draft.suffix_source), and the longest match
 in earlier sequences (a History: draft.history) — and a confidence
 table (draft.confidence, learnt on held-out data) turns each candidate's evidence (source and order,
-share bin, total bin) into P(accepted). The most probable candidate is drafted, token after token, into a
+share bin, total bin) into P(accepted), corrected online by how often each family of sources has been right
+on the text at hand (draft.trust: a source the table over-rates here is declined, and costs nothing). The most probable candidate is drafted, token after token, into a
 chain, and the call drafts the prefix of that chain whose expected yield per unit of verify cost is largest:
 
     k* = argmax_k  E_k / cost[k],   E_k = 1 + P_1 + ... + P_k,
@@ -39,11 +40,13 @@ from ..counts.high_orders import hash_final, hash_start, hash_step
 from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup_in
-from ..rules import HISTORY, HISTORY_MIN_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX
+from ..rules import (HISTORY, HISTORY_MIN_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX, TRUST_PRIOR,
+                     TRUST_WINDOW)
 from ..static.high_orders import High, no_high
 from ..verify_cost import DEFAULT_COST
 from .static_source import head_part, static_top
 from .suffix_source import fresh, length_bin, min_match_of, no_suffix, suffix_arrays, suffix_candidate
+from . import trust as tr
 
 # Sources in the confidence table: context n = 1..4, dynamic n = 1..4, static n = 2..MAX_STATIC_ORDER,
 # the longest earlier match in the sequence (its length m in the share-bin axis), and the suffix index's
@@ -61,13 +64,16 @@ N_SOURCES = SRC_SUFFIX + 2
 # policy has N_CANDIDATES.
 SRC_HISTORY = N_SOURCES
 N_CANDIDATES = N_SOURCES + 1
+# The trust family (draft.trust) of each candidate row.
+FAMILY = np.array([0] * NGRAM_MAX + [1] * NGRAM_MAX + [2] * (MAX_STATIC_ORDER - 1) + [3, 4, 4, 5], np.int64)
+assert len(FAMILY) == N_CANDIDATES and tr.FAMILIES[FAMILY[SRC_HISTORY]] == "history"
 SHARE_BINS = 20
 TOTAL_BINS = 12  # total 1, 2-3, 4-7, ..., >= 2^11
 POLICIES = ("llama.cpp", "lookupkit")
 P_BINS = 40  # the best candidate's table probability, in bins of 2.5 %
 AGREE_MAX = 8  # the best other source proposing the same token: 0 = none, else 1 + its probability in 8 bins
 
-Policy = namedtuple("Policy", "on table agree cost high cand index suffix history")
+Policy = namedtuple("Policy", "on table agree cost high cand index suffix history trust")
 Policy.__doc__ = """What a compiled loop needs to draft with the policy: on (1, or 0 for llama.cpp's rule);
 table (N_CANDIDATES, SHARE_BINS, TOTAL_BINS) float64 P(accepted) per evidence bin; agree (P_BINS, AGREE_MAX
 + 1) float64: P(accepted) of the most probable candidate by its table bin and by the table probability
@@ -76,7 +82,9 @@ cost[k] = cost of verifying 1 + k tokens relative to 1 (k = 0..n_draft, inf past
 high: the static cache's higher orders; cand: (N_CANDIDATES, 3) int64 scratch; index: the sequence's
 counts.match_index (state, like the context cache: the owner keeps it in step and grows it); suffix: the
 static cache's suffix index (draft.suffix_source.Suffix; its state is reset by the owner when a sequence
-starts over); history: a History's arrays (counts.history_index.Hist; read under the History's lock)."""
+starts over); history: a History's arrays (counts.history_index.Hist; read under the History's lock); trust:
+the online correction of each family's table probabilities (draft.trust.Trust: state, like the index; the
+owner calls learn(pol, ...) once the truth after a call is known)."""
 
 
 def check_policy(name: str) -> str:
@@ -85,18 +93,20 @@ def check_policy(name: str) -> str:
     return name
 
 
-def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None, history=None) -> Policy:
+def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None, history=None,
+                trust: tuple = (TRUST_PRIOR, TRUST_WINDOW)) -> Policy:
     """A Policy for drafts of at most n_draft tokens from (table, agree) (draft.confidence); cost_of(k) =
     cost of verifying 1 + k tokens; suffix: a lookupkit.suffix.SuffixIndex (a static cache's) or None,
     used only if the table has learnt the suffix source (`suffix_on`), after matches as long as the first
-    length bin its rows have learnt (suffix_source.min_match_of); history: a History's view() or None."""
+    length bin its rows have learnt (suffix_source.min_match_of); history: a History's view() or None;
+    trust: (prior, window) of the online correction (draft.trust; prior 0: off)."""
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
     sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft,
                        min_match=min_match_of(table[SRC_SUFFIX:SRC_SUFFIX + 2]))
     return Policy(np.int64(1), history_rows(table), np.ascontiguousarray(agree, np.float64), cost,
                   high if high is not None else no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(), sx,
-                  history if history is not None else no_history())
+                  history if history is not None else no_history(), tr.new_trust(n_draft, *trust))
 
 
 def history_rows(table) -> np.ndarray:
@@ -119,14 +129,22 @@ def suffix_on(table) -> bool:
 
 
 def own_state(pol: Policy, index) -> Policy:
-    """pol with a fresh match index and suffix state of its own (each replay starts from nothing)."""
-    return pol._replace(index=index, suffix=fresh(pol.suffix))
+    """pol with a fresh match index, suffix state and trust of its own (each replay starts from nothing)."""
+    return pol._replace(index=index, suffix=fresh(pol.suffix), trust=tr.fresh(pol.trust))
+
+
+@kernel
+def learn(pol, truth, base, n_known, chain, c0):
+    """Tell the policy what followed its last call (draft.trust.learn_outcome; nothing for llama.cpp's rule)."""
+    if pol.on:
+        tr.learn_outcome(pol.trust, truth, base, n_known, chain, c0)
 
 
 def llama_rule() -> Policy:
     """The stand-in that makes the compiled loops draft with llama.cpp's rule instead."""
     return Policy(np.int64(0), np.zeros((N_CANDIDATES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
-                  np.ones(1), no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(1), no_suffix(), no_history())
+                  np.ones(1), no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(1), no_suffix(), no_history(),
+                  tr.new_trust(0, 0.0, 0.0))
 
 
 @kernel
@@ -239,21 +257,26 @@ def source_code(src):
 
 
 @kernel
-def choose(pol, cand):
-    """The most probable candidate (smallest id on ties): (token, table source, its probability bin, the
-    agreement bin: 0 if no other source proposes that token, else 1 + the best such source's probability
-    in AGREE_MAX bins); token -1 if no source has one."""
+def choose(pol, cand, j):
+    """The most probable candidate, each table probability scaled by its family's trust (smallest id on ties):
+    (token, table source, its probability bin, the agreement bin: 0 if no other source proposes that token,
+    else 1 + the best such source's probability in AGREE_MAX bins); token -1 if no source has one. Notes every
+    family's candidate at chain position j for draft.trust."""
     best_p, best_tok, best_src = -1.0, np.int64(-1), 0
+    tr.clear_position(pol.trust, j)
     for src in range(N_CANDIDATES):
         tok = cand[src, 0]
         if tok >= 0:
-            p = pol.table[src, cand[src, 1], cand[src, 2]]
+            raw = pol.table[src, cand[src, 1], cand[src, 2]]
+            tr.note(pol.trust, j, FAMILY[src], tok, raw)
+            p = min(1.0, raw * tr.factor(pol.trust, FAMILY[src]))
             if p > best_p or (p == best_p and tok < best_tok):
                 best_p, best_tok, best_src = p, tok, src
     second = -1.0
     for src in range(N_CANDIDATES):
         if src != best_src and cand[src, 0] == best_tok:
-            second = max(second, pol.table[src, cand[src, 1], cand[src, 2]])
+            p = min(1.0, pol.table[src, cand[src, 1], cand[src, 2]] * tr.factor(pol.trust, FAMILY[src]))
+            second = max(second, p)
     agree = 0 if second < 0 else 1 + min(AGREE_MAX - 1, np.int64(second * AGREE_MAX))
     return best_tok, best_src, min(P_BINS - 1, np.int64(best_p * P_BINS)), agree
 
@@ -275,13 +298,15 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
         return 0
     n_draft = min(n_draft, pol.cost.shape[0] - 1)
     k, best_k = 0, 0
+    pol.trust.n[0] = 0
     p_all, expected = 1.0, 1.0
     best = 1.0 / pol.cost[0]
     cand = pol.cand
     while k < n_draft and _could_beat(pol.cost, k, n_draft, expected, p_all, best):
         candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, pol.history,
                    n_draft, cand)
-        best_tok, best_src, p_bin, agree = choose(pol, cand)
+        best_tok, best_src, p_bin, agree = choose(pol, cand, k)
+        pol.trust.n[0] = k + 1
         if best_tok < 0:
             break
         p_next = p_all * pol.agree[p_bin, agree]

@@ -18,8 +18,9 @@ from ..formats.lkc_orders import SHARE_ONE
 from ..rules import HISTORY_MIN_MATCH, NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
-from .policy import (AGREE_MAX, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC, SRC_SUFFIX,
-                     TOTAL_BINS, history_rows)
+from .policy import (AGREE_MAX, FAMILY, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC,
+                     SRC_SUFFIX, TOTAL_BINS, history_rows)
+from .trust import N_FAMILIES
 from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE, min_match_of
 
 
@@ -96,23 +97,48 @@ def suffix_candidate(run: tuple, chain: list[int]) -> dict[int, tuple[int, int, 
     return {row: (tokens[k], length_bin, _bins(1, counts[k])[1])}
 
 
-def choose(cands: dict, table: np.ndarray) -> tuple[int, int, int]:
-    """(token, probability bin, agreement bin) of the most probable candidate (smallest id on ties)."""
-    scored = [(table[src, sb, tb], -tok, -src) for src, (tok, sb, tb) in cands.items()]
-    p, neg_tok, neg_src = max(scored)
+def choose(cands: dict, table: np.ndarray, factors=None) -> tuple[int, int, int]:
+    """(token, probability bin, agreement bin) of the most probable candidate, each table probability times its
+    family's trust factor (draft.trust; none: 1), capped at 1 (smallest id on ties)."""
+    f = np.ones(N_FAMILIES) if factors is None else factors
+    prob = {src: min(1.0, table[src, sb, tb] * f[FAMILY[src]]) for src, (tok, sb, tb) in cands.items()}
+    p, neg_tok, neg_src = max((prob[src], -tok, -src) for src, (tok, sb, tb) in cands.items())
     src = -neg_src
-    others = [table[o, sb, tb] for o, (tok, sb, tb) in cands.items() if o != src and tok == -neg_tok]
+    others = [prob[o] for o, (tok, sb, tb) in cands.items() if o != src and tok == -neg_tok]
     agree = 0 if not others else 1 + min(AGREE_MAX - 1, int(max(others) * AGREE_MAX))
     return -neg_tok, min(P_BINS - 1, int(p * P_BINS)), agree
 
 
+def proposals(cands: dict, table: np.ndarray) -> dict[int, tuple[int, float]]:
+    """{family: (token, table probability)} of each family's most probable candidate (first row on ties)."""
+    out = {}
+    for src, (tok, sb, tb) in sorted(cands.items()):
+        g, p = int(FAMILY[src]), float(table[src, sb, tb])
+        if p > out.get(g, (-1, 0.0))[1]:
+            out[g] = (tok, p)
+    return out
+
+
+def learn_trust(evidence: np.ndarray, params, record: list, truth: list[int]) -> None:
+    """draft.trust.learn_outcome written plainly: `record` the last call's [(chain token, proposals)] per
+    computed position, `truth` the tokens that followed; evidence (N_FAMILIES, 2) updated in place."""
+    decay = params[1]
+    for (chained, props), t in zip(record, truth):
+        for g, (tok, p) in sorted(props.items()):
+            evidence[g] = decay * evidence[g] + (p, 1.0 if tok == t else 0.0)
+        if chained != t:
+            break
+
+
 def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
-                           cost: Sequence[float], suffix=None, max_len: int = MAX_LEN, history=None) -> list[int]:
+                           cost: Sequence[float], suffix=None, max_len: int = MAX_LEN, history=None, factors=None,
+                           record: list | None = None) -> list[int]:
     """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (draft.policy's docstring;
     the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
     a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
     least the edge of the first length bin its rows have learnt. `history`: a History's log (or None), drafted
-    from with the table's history row (policy.history_rows)."""
+    from with the table's history row (policy.history_rows). `factors`: the trust factor per family (draft.trust);
+    `record`, if a list, gets (chain token or None, proposals) per position whose candidates were looked up."""
     table, agree = tables
     table = history_rows(table)
     log = [int(t) for t in history] if history is not None else None
@@ -130,9 +156,13 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
             break  # no longer prefix could win, even if every further token were as likely as this one
         cands = {**candidates(s + chain, ctx, dyn, static, high, len(s)), **suffix_candidate(run, chain),
                  **history_candidate(log, s + chain)}
+        if record is not None:
+            record.append((None, proposals(cands, table)))
         if not cands:
             break
-        tok, p_bin, n_agree = choose(cands, table)
+        tok, p_bin, n_agree = choose(cands, table, factors)
+        if record is not None:
+            record[-1] = (tok, record[-1][1])
         p_all *= agree[p_bin, n_agree]
         expected += p_all
         chain.append(tok)

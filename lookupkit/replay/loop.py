@@ -15,7 +15,7 @@ from ..counts import flat as fc
 from ..counts.match_index import clear_index, index_position, index_positions, new_index
 from ..draft.rule import Thresholds, draft
 from ..draft.static_source import grow_memo, new_memo, static_arrays
-from ..draft.policy import Policy, llama_rule, own_state, policy_draft
+from ..draft.policy import Policy, learn, llama_rule, own_state, policy_draft
 from ..draft.suffix_source import reset as reset_suffix
 from ..errors import InputError
 from ..kernels import kernel
@@ -55,6 +55,7 @@ def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, pol, state, calls, dra
             if pol.on:
                 index_position(pol.index, truth, out)
             out += 1
+        learn(pol, truth, pos, out, drafted, n_toks)  # the policy's trust learns what followed (draft.trust)
         calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
         n_calls += 1
         n_toks += k
