@@ -1,12 +1,12 @@
-"""`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, generate, serve, replay-requests,
-model, tune-policy, bench), in the plain help style of lookup-create and lookup-stats (examples after the options)."""
+"""`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, generate, model-corpus, serve,
+replay-requests, model, tune-policy, bench), in the plain help style of lookup-create and lookup-stats (examples after the options)."""
 
 from __future__ import annotations
 
 import typer
 
-from lookupkit.cli import (bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, replay_requests_cmd,
-                           serve_cmd, tokenize_cmd, tune_cmd)
+from lookupkit.cli import (bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, model_corpus_cmd,
+                           replay_requests_cmd, serve_cmd, tokenize_cmd, tune_cmd)
 from lookupkit.cli.common import run
 
 EXAMPLES = """Examples:
@@ -19,6 +19,7 @@ EXAMPLES = """Examples:
   lookupkit tokenize -f corpus.txt -m qwen2.gguf -o ids.i32
   lookupkit calibrate -m gemma-3-270m -o gemma.curve.json
   lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -f prompt.txt
+  lookupkit model-corpus -m gemma-3-270m -f prompts.txt -o gemma-own.txt   # the model's own outputs, to lookup-create
   lookupkit serve -m gemma-3-270m -lcs gemma-wiki100.lkc --parallel 2
   lookupkit tune-policy --cache wiki100-o6.lkc --tokens heldout.i32 -o tables.json
   lookupkit model gemma-3-270m
@@ -35,6 +36,7 @@ demo.register(app)
 tokenize_cmd.register(app)
 calibrate_cmd.register(app)
 generate_cmd.register(app)
+model_corpus_cmd.register(app)
 serve_cmd.register(app)
 replay_requests_cmd.register(app)
 model_cmd.register(app)

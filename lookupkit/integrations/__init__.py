@@ -5,7 +5,8 @@
 `lookupkit.integrations.transformers` (transformers' `generate(custom_generate=...)`) import their
 engine lazily, so importing this package costs nothing beyond lookupkit itself; `calibrate` measures
 what one more verified token costs on a GGUF model, through generate()'s own verify step, and `compare`
-pairs plain and drafted runs into `lookupkit generate`'s verdict.
+pairs plain and drafted runs into `lookupkit generate`'s verdict; `model_corpus` writes the model's own
+greedy outputs of a prompt set as a corpus (`lookupkit model-corpus`).
 
 An adapter builds its Drafter and loads the compiled kernels in a background thread from construction
 on (`lookupkit.warmup`; `open_model` starts the default kernels' warm-up and reads the model's
