@@ -113,6 +113,16 @@ def test_the_report_judges_each_target_from_the_numbers():
     assert "| lk:policy | 96.0 | 1.60 | 1.20 |" in text and "NOT met" in text
 
 
+def test_the_report_judges_each_source_against_the_context_alone():
+    res = _results((96, 96))
+    res["tasks"]["prose"]["runs"] += (_runs("lk:policy-static", (96, 96)) + _runs("lk:policy-learn-history", (90, 92))
+                                      + _runs("lk:policy-own", (106, 106)) + _runs("lk:policy-static-learn-dynamic", (1, 1)))
+    assert _verdict(res, "lk:policy-static not below the context alone") is True  # 96 / 96
+    assert _verdict(res, "lk:policy-learn-history not below") is False  # 0.95x
+    assert _verdict(res, "lk:policy-own >= 1.1x the context alone") is True  # 1.104x
+    assert not [what for what, _, _ in report.targets(res) if "static-learn-dynamic" in what and "context" in what]
+
+
 def test_the_bench_refuses_what_it_cannot_run(tmp_path):
     with pytest.raises(InputError, match="--caches"):
         run.parse_args([])
@@ -120,3 +130,5 @@ def test_the_bench_refuses_what_it_cannot_run(tmp_path):
         run.parse_args(["--caches", str(tmp_path), "--tasks", "poetry"])
     with pytest.raises(InputError, match="--curve"):
         run.parse_args(["--caches", str(tmp_path), "--curve", str(tmp_path / "none.json")])
+    with pytest.raises(InputError, match="--cache-rows"):
+        run.cache_rows(run.CURVE, 16, tmp_path, ["missing"])

@@ -77,6 +77,7 @@ def targets(res: dict) -> list[tuple[str, bool | None, str]]:
         out.append((f"{name}: lk:plain within 5 % of llama-server none", p is not None and abs(p - 1) <= TARGET_PLAIN,
                     f"{p:.3f}x" if p else "missing"))
     out += learning_targets(tables, res)
+    out += source_targets(tables)
     for name, levels in res.get("concurrency", {}).items():
         at4 = {r["row"]: r["tok_per_s"] for r in levels if r["clients"] == 4}
         if RIVAL in at4 and "lk:policy" in at4:
@@ -119,6 +120,25 @@ def learning_targets(tables: dict, res: dict) -> list:
             err = rep["predicted"] / rep["measured"] - 1
             out.append((f"agent: replay-requests predicts {row}'s decode speed-up within 15 %", abs(err) <= TARGET_REPLAY,
                         f"predicted {rep['predicted']:.2f}x, measured {rep['measured']:.2f}x ({err:+.0%})"))
+    return out
+
+
+CONTEXT, TARGET_OWN = "lk:policy", 1.1
+
+
+def source_targets(tables: dict) -> list:
+    """Issue 23's: the policy with a static cache, a dynamic cache or a history (lk:policy-static,
+    lk:policy-learn-*) never slower than the same policy on the context alone (lk:policy); a --cache-rows cache
+    (the bench's use: one of the model's own outputs, lookupkit model-corpus) >= 1.1x it."""
+    out = []
+    for name, s in tables.items():
+        if CONTEXT not in s:
+            continue
+        for row in sorted(r for r in s if r.startswith(CONTEXT + "-") and not r.startswith(LEARNT)):
+            r = s[row]["tok_per_s"] / s[CONTEXT]["tok_per_s"]
+            extra = row == OFF or "-learn-" in row
+            goal, what = (1.0, "not below") if extra else (TARGET_OWN, f">= {TARGET_OWN}x")
+            out.append((f"{name}: {row} {what} the context alone", r >= goal, f"{r:.2f}x"))
     return out
 
 

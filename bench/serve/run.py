@@ -54,11 +54,25 @@ def rows(curve: Path, n_draft: int = POLICY_DRAFT) -> list[dict]:
     ]
 
 
-def learn_rows(curve: Path, n_draft: int) -> list[dict]:
-    """lk:policy-static learning from what it served: --learn dynamic and --learn history."""
-    base = [r for r in rows(curve, n_draft) if r["name"] == "lk:policy-static"][0]["args"]
-    return [{"name": f"lk:policy-static-learn-{how}", "kind": "lookupkit", "args": [*base, "--learn", how]}
-            for how in LEARN]
+def learn_rows(curve: Path, n_draft: int, base: str = "lk:policy-static") -> list[dict]:
+    """`base` (lk:policy-static, or lk:policy: the context alone) learning from what it served: --learn dynamic
+    and --learn history."""
+    args = [r for r in rows(curve, n_draft) if r["name"] == base][0]["args"]
+    return [{"name": f"{base}-learn-{how}", "kind": "lookupkit", "args": [*args, "--learn", how]} for how in LEARN]
+
+
+def cache_rows(curve: Path, n_draft: int, caches: Path, names: list[str]) -> list[dict]:
+    """lk:policy drafting from another static cache in --caches (NAME.lkc, with NAME.policy.json as its table if
+    there is one) on every task: e.g. a cache of the model's own outputs (lookupkit model-corpus)."""
+    base = [r for r in rows(curve, n_draft) if r["name"] == "lk:policy"][0]["args"]
+    out = []
+    for name in names:
+        lkc, table = caches / f"{name}.lkc", caches / f"{name}.policy.json"
+        if not lkc.is_file():
+            raise InputError(f"--cache-rows: {lkc} not found")
+        out.append({"name": f"lk:policy-{name}", "kind": "lookupkit", "args": [
+            *base, "-lcs", str(lkc), *(["--policy-table", str(table)] if table.is_file() else [])]})
+    return out
 
 
 def agent_rows(curve: Path, n_draft: int, table: list[dict]) -> list[dict]:
@@ -66,7 +80,7 @@ def agent_rows(curve: Path, n_draft: int, table: list[dict]) -> list[dict]:
     lookupkit plain and the policy with learning off (the task's static cache) and with each way it learns."""
     base = [r for r in table if r["name"] in ("server:none", "server:ngram-mod", "lk:plain", "lk:policy-static")]
     return base + [r for r in learn_rows(curve, n_draft) if r["name"] not in {b["name"] for b in table}] + \
-        [r for r in table if r["name"].startswith("lk:policy-static-learn-")]
+        [r for r in table if "-learn-" in r["name"]]
 
 
 LEARN = ("dynamic", "history")  # lookupkit serve --learn: what the server may learn from what it served
@@ -267,8 +281,12 @@ def parse_args(argv=None):
     ap.add_argument("--parts", default="tasks,concurrency,startup")
     ap.add_argument("--seed", type=int, default=22, help="chooses the prompts (tune on another seed than the one you report)")
     ap.add_argument("--policy-draft", type=int, default=POLICY_DRAFT, help="the policy rows' --draft")
-    ap.add_argument("--learn-rows", action="store_true", help="add lk:policy-static with --learn dynamic and "
-                    "--learn history to every task (the agent task always has them)")
+    ap.add_argument("--learn-rows", action="store_true", help="add --learn-base with --learn dynamic and "
+                    "--learn history to every task (the agent task always has lk:policy-static's)")
+    ap.add_argument("--learn-base", default="lk:policy-static", choices=("lk:policy-static", "lk:policy"),
+                    help="the row --learn-rows adds learning to (lk:policy: the context alone)")
+    ap.add_argument("--cache-rows", default="", help="add lk:policy-NAME rows drafting from NAME.lkc in --caches "
+                    "(comma-separated NAMEs), with NAME.policy.json as the table if present")
     ap.add_argument("--rows", help="only these rows (comma-separated names), e.g. server:ngram-mod,lk:policy")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 and 2 clients, no start-up part")
@@ -318,7 +336,9 @@ def _main(args) -> None:
     conc_ids = {t: prompts(t, args.prompts + args.concurrency_prompts, args.seed, tokenize, bos, args.code,
                            args.n_new)[args.prompts:] for t in args.concurrency_tasks}
     bench.sharing_prompts = ids.get("prose", next(iter(ids.values()), []))[:4]
-    table = rows(args.curve, args.policy_draft) + (learn_rows(args.curve, args.policy_draft) if args.learn_rows else [])
+    table = rows(args.curve, args.policy_draft) + (learn_rows(args.curve, args.policy_draft, args.learn_base)
+                                                   if args.learn_rows else [])
+    table += cache_rows(args.curve, args.policy_draft, args.caches, [n for n in args.cache_rows.split(",") if n])
     if args.rows:
         wanted = args.rows.split(",")
         unknown = set(wanted) - {r["name"] for r in table}
