@@ -146,6 +146,29 @@ def test_generation_stops_at_the_first_eos_drafted_or_not(plain, prompt, tmp_pat
     m.close()
 
 
+def test_each_emitted_token_is_checked_for_eog_once(plain, prompt, tmp_path, monkeypatch):
+    """The end-of-generation check costs one is_eog per emitted token (none after the first EOG is known),
+    not a second pass over the step's last token and a rescan of the whole output at the end."""
+    from lookupkit.integrations import llama_generate
+
+    at = 40
+    eos = plain.tokens[at]
+    first = plain.tokens.index(eos)
+    model = write_llama_gguf(tmp_path / "eos.gguf", vocab=vocab_with_eos(tmp_path / "vocab.gguf", eos))
+    m = llama(model)
+    calls = []
+    real = llama_generate._Model.is_eog
+    monkeypatch.setattr(llama_generate._Model, "is_eog", lambda self, t: calls.append(t) or real(self, t))
+    for drafter, stop_at_eos in ((None, True), (Drafter(), True), (None, False), (Drafter(), False)):
+        calls.clear()
+        g = generate(m, prompt, N_NEW, drafter=drafter, n_draft=32, stop_at_eos=stop_at_eos)
+        assert g.eog == first and g.tokens[:first + 1] == plain.tokens[:first + 1]
+        assert calls == g.tokens[:first + 1], (drafter, stop_at_eos)
+    g = generate(m, prompt, first, stop_at_eos=True)
+    assert g.stop == "length" and g.eog is None
+    m.close()
+
+
 def test_drafts_never_pass_n_ctx_and_a_full_context_ends_the_generation(tiny_gguf, prompt, plain):
     m = llama(tiny_gguf, n_ctx=256)
     n_ctx = m.n_ctx()
