@@ -21,7 +21,7 @@ from lookupkit.formats.lkc_orders import OrderParams
 from lookupkit.errors import LookupkitError
 from lookupkit.verify_cost import DEFAULT_COST, VerifyCost
 from lookupkit.files import default_root, ensure_dir
-from lookupkit.rules import check_replay
+from lookupkit.rules import POLICY_DRAFT, check_replay
 from lookupkit.static import StaticCache
 from lookupkit.cli.common import guarded, print_json, progress
 
@@ -57,7 +57,8 @@ def demo(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", metavar="DIR", help="Where the demo cache and "
                                              "token cache go (default $LOOKUPKIT_CACHE_DIR or ~/.cache/lookupkit)."),
     n_ctx: int = typer.Option(1024, "-c", "--ctx-size", help="Replay chunk size."),
-    n_draft: int = typer.Option(8, "--draft", help="Tokens drafted per step."),
+    n_draft: int = typer.Option(POLICY_DRAFT, "--draft", help="Most tokens drafted per step, in every row "
+                                "(default: lookup-stats --policy lookupkit's)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build the cache again even if it exists."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:

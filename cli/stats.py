@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import shlex
 import time
-import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -21,18 +20,17 @@ import typer
 from lookupkit.build.tokenized import tokenize_text_file
 from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
-from lookupkit.draft.policy import make_policy, suffix_on
 from lookupkit.verify_cost import DEFAULT_COST
-from lookupkit.errors import InputError, LookupkitWarning
+from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import llama, read_ngrams
 from lookupkit.memory import peak_rss_bytes
-from lookupkit.replay import longest_match, suffix_run
-from lookupkit.replay.run import replay
-from lookupkit.replay.sweep import DEFAULTS, SWEPT_MAX, default_grid, expected_speedup, sweep as run_sweep, sweep_table
+from lookupkit.replay.run import Replay
+from lookupkit.replay.suffix_run import MAX_LEN as SUFFIX_MAX_LEN
+from lookupkit.replay.sweep import SWEPT_MAX, default_grid, expected_speedup, sweep as run_sweep, sweep_table
 from lookupkit.verify_cost import VerifyCost, speedup
 from lookupkit.replay.trace import ReplayTrace
-from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT, SOURCE_LEGEND, DEFAULT_CTX
+from lookupkit.rules import DEFAULT_DRAFT, POLICY_DRAFT, SOURCE_DEFAULTS as D, SOURCE_LEGEND, DEFAULT_CTX
 from lookupkit.static import StaticCache
 from lookupkit.tokenizer import Tokenizer
 from lookupkit.cli.common import guarded, print_json, run
@@ -83,10 +81,10 @@ def stats(
                                        "(legacy) to start from (must exist)."),
     ctx_size: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", metavar="N", help="Chunk size in tokens (used as given)."),
     n_draft: Optional[int] = typer.Option(None, "--draft", "--draft-max", "--draft-n", metavar="N", help="Maximum "
-                                          f"drafted tokens per call (default {DEFAULTS['lookup']['n_draft']}; "
-                                          f"{DEFAULTS['policy']['n_draft']} with --policy lookupkit, which drafts "
-                                          f"only what pays of them; {DEFAULTS['ngram']['n_draft']} for --source ngram, "
-                                          f"{suffix_run.DEFAULT_DRAFT} for --source suffix)."),
+                                          f"drafted tokens per call (default {D['lookup']['n_draft']}; "
+                                          f"{D['policy']['n_draft']} with --policy lookupkit, which drafts "
+                                          f"only what pays of them; {D['ngram']['n_draft']} for --source ngram, "
+                                          f"{D['suffix']['n_draft']} for --source suffix)."),
     source: Source = typer.Option(Source.lookup, "--source", help="lookup: llama.cpp's caches; ngram: the longest "
                                   "earlier match in the sequence; suffix: the run after the longest match in the "
                                   "static cache's corpus (-lcs built with --suffix-index)."),
@@ -99,9 +97,9 @@ def stats(
                                                 "Wikipedia text; lookupkit tune-policy learns others)."),
     min_match: Optional[int] = typer.Option(None, "--ngram-min-match", metavar="N", help="--source ngram/suffix: "
                                             "draft nothing below this match length (default "
-                                            f"{longest_match.DEFAULT_MIN_MATCH}/{suffix_run.DEFAULT_MIN_MATCH})."),
+                                            f"{D['ngram']['min_match']}/{D['suffix']['min_match']})."),
     max_match: Optional[int] = typer.Option(None, "--ngram-max-match", metavar="N", help="--source ngram: longest "
-                                            f"match length considered (default {longest_match.DEFAULT_MAX_MATCH})."),
+                                            f"match length considered (default {D['ngram']['max_match']})."),
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Extra cost of each "
                                               "drafted position in a verify batch, relative to one decoding step, or "
                                               "the curve `lookupkit calibrate -o` measured on your model: report the "
@@ -127,52 +125,20 @@ def stats(
     cost = VerifyCost.parse(verify_cost) if verify_cost is not None else None
     ids, vocab = _input_tokens(file, model, tokens)
     kind = "policy" if use_policy else source.value
-    given = dict(file=file, model=model, tokens=tokens, lcs=lcs, lcd=lcd, ctx_size=ctx_size, n_draft=n_draft,
-                 policy_table=policy_table, min_match=min_match, max_match=max_match, verify_cost=verify_cost)
-    if n_draft is None and sfx:
-        n_draft = suffix_run.DEFAULT_DRAFT
-    elif n_draft is None and (not sweep or use_policy):  # a sweep without --draft sweeps it
-        n_draft = DEFAULTS[kind]["n_draft"]
-    max_match = longest_match.DEFAULT_MAX_MATCH if max_match is None else max_match
-    one_min_match = min(longest_match.DEFAULT_MIN_MATCH, max_match) if min_match is None else min_match
-    if ngram:
-        longest_match.check_params(1 if n_draft is None else n_draft, one_min_match, max_match)
+    one = Replay(kind, n_draft, ctx_size, min_match, max_match, engine.value, tables, cost)  # checks its parameters
     static, dynamic, t_static, t_load = _load_caches(lcs, lcd, vocab, ids)
-    if sfx:
-        suffix_run.check_params(n_draft, suffix_run.DEFAULT_MIN_MATCH if min_match is None else min_match)
-        if static is None or getattr(static, "suffix", None) is None:
-            raise InputError("--source suffix drafts from a static cache's suffix index: give -lcs a cache built "
-                             "with lookup-create --suffix-index" + (f" ({static.name} has none)" if static else ""))
-    if use_policy and (static is None or len(static.orders) == 1):
-        warnings.warn(LookupkitWarning(
-            "--policy lookupkit: " + ("no static cache (-lcs)" if static is None else f"{static.name} holds no "
-            "higher orders") + ": it drafts from what there is; build the static cache with lookup-create "
-            "--orders 2-6 for the rest"))
-    if use_policy and getattr(static, "suffix", None) is not None and not suffix_on(tables[0]):
-        warnings.warn(LookupkitWarning(
-            f"--policy lookupkit: {static.name} has a suffix index, but the policy table was learnt without one "
-            "(or tune-policy found that it did not pay on its held-out text), so the policy does not draft from "
-            f"it: learn a table with lookupkit tune-policy --cache {static.name} and pass it with --policy-table"))
+    one.check_caches(static)
     if sweep:
+        given = dict(file=file, model=model, tokens=tokens, lcs=lcs, lcd=lcd, ctx_size=ctx_size, n_draft=n_draft,
+                     policy_table=policy_table, min_match=min_match, max_match=max_match, verify_cost=verify_cost)
         rows = run_sweep(ids, static, dynamic, default_grid(kind, n_draft, min_match, max_match),
                          n_ctx=ctx_size, source=kind, verify_cost=cost, tables=tables)
         _print_sweep(rows, as_json, command=_sweep_command(kind=kind, **given), source=kind, n_ctx=ctx_size, n_input=len(ids),
                      verify_cost=cost and cost.describe(), t_load_ms=t_load * 1e3)
         return
-    if ngram:
-        trace, final_dynamic = longest_match.replay_ngram(ids, ctx_size, n_draft, one_min_match, max_match), None
-    elif sfx:
-        trace = suffix_run.replay_suffix(ids, ctx_size, static.suffix, n_draft,
-                                         suffix_run.DEFAULT_MIN_MATCH if min_match is None else min_match)
-        final_dynamic = None
-    else:
-        pol_cost = cost if cost is not None else VerifyCost.of(DEFAULT_COST)
-        pol = make_policy(tables, pol_cost.at, n_draft, *_policy_sources(static)) if use_policy else None
-        trace, final_dynamic = replay(ids, ctx_size, n_draft, static, dynamic, engine=engine.value, policy=pol)
-        if use_policy:
-            trace.extra.update(policy="lookupkit", policy_cost=pol_cost.describe())
+    trace, final_dynamic = one.run(ids, static, dynamic)
     trace.t_load_s = t_load
-    trace.extra.update(source=source.value, engine=engine.value, n_input=len(ids), peak_rss_mb=peak_rss_bytes() / 1e6)
+    trace.extra.update(peak_rss_mb=peak_rss_bytes() / 1e6)
     if static is not None:
         trace.extra.update(t_static_open_ms=t_static * 1e3)
     if cost is not None:
@@ -186,8 +152,8 @@ def stats(
         return
     lines = report_lines(trace)
     if source is Source.lookup:
-        other = _other_policy(use_policy, ids, ctx_size, given["n_draft"], static, dynamic, tables, pol_cost)
-        lines.append(verdict_line(trace, pol_cost, use_policy, other, given=cost is not None))
+        other = one.other().run(ids, static, dynamic)[0]
+        lines.append(verdict_line(trace, one.verdict_cost, use_policy, other, given=cost is not None))
     typer.echo("\n".join(lines))
 
 
@@ -199,21 +165,6 @@ def _load_caches(lcs: Path | None, lcd: Path | None, vocab, ids):
     t_static = time.perf_counter() - t0
     dynamic = _load_dynamic(lcd) if lcd else None
     return static, dynamic, t_static, time.perf_counter() - t0
-
-
-def _policy_sources(static) -> tuple:
-    """The static cache's sources beyond its 2-grams for make_policy: higher orders and suffix index (or None)."""
-    return (static.high, getattr(static, "suffix", None)) if static is not None else (None, None)
-
-
-def _other_policy(use_policy: bool, ids, n_ctx: int, n_draft: int | None, static, dynamic, tables, cost: VerifyCost):
-    """The same replay with the other policy (fast engine; at the given --draft, else at that policy's
-    default), so that the verdict can say which one to use."""
-    if use_policy:
-        return replay(ids, n_ctx, n_draft or DEFAULTS["lookup"]["n_draft"], static, dynamic)[0]
-    n_draft = n_draft or DEFAULTS["policy"]["n_draft"]
-    pol = make_policy(load_tables(), cost.at, n_draft, *_policy_sources(static))
-    return replay(ids, n_ctx, n_draft, static, dynamic, policy=pol)[0]
 
 
 def verdict_line(trace: ReplayTrace, cost: VerifyCost, use_policy: bool, other: ReplayTrace, given: bool) -> str:
@@ -256,10 +207,12 @@ def _check_combination(ngram: bool, sfx: bool, engine: Engine, sweep: bool, **gi
     names = {"lcs": "-lcs", "lcd": "-lcd", "save_dynamic": "--save-dynamic", "dump": "--dump",
              "ngram_min_match": "--ngram-min-match", "ngram_max_match": "--ngram-max-match"}
     used = {k for k, v in given.items() if v is not None}
-    rules = [(ngram, {"lcs", "lcd", "save_dynamic"}, "--source ngram (it drafts from the sequence alone)"),
-             (sfx, {"lcd", "save_dynamic", "ngram_max_match"}, "--source suffix (it drafts from the suffix index "
-              "alone, matches of up to " f"{suffix_run.MAX_LEN} tokens)"),
-             (not ngram and not sfx, {"ngram_min_match", "ngram_max_match"}, "--source lookup"),
+    untaken = {src: {f"ngram_{k}" for k in ("min_match", "max_match") if k not in D[src]} for src in D}
+    rules = [(ngram, {"lcs", "lcd", "save_dynamic"} | untaken["ngram"], "--source ngram (it drafts from the sequence "
+              "alone)"),
+             (sfx, {"lcd", "save_dynamic"} | untaken["suffix"], "--source suffix (it drafts from the suffix index "
+              "alone, matches of up to " f"{SUFFIX_MAX_LEN} tokens)"),
+             (not ngram and not sfx, untaken["lookup"], "--source lookup"),
              (sweep, {"dump", "save_dynamic"}, "--sweep (they describe one replay)")]
     for active, flags, mode in rules:
         bad = sorted(used & flags)

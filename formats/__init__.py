@@ -1,131 +1,41 @@
-"""Static cache file formats: one registry (name, magic, extensions, open, write), one module per format.
+"""Static cache file formats: one registry (name, magic, extensions, open, write) over the formats' modules.
 
 `lkc` (lookupkit's own, SPEC.md), `lkc.zst` (the same, zstd-compressed), `ggngcmap` (the constmap
 fork's file) and `llama` (llama.cpp's legacy -lcs/-lcd file). Reading detects by magic where a format
 has one (the legacy file has none), by extension otherwise; conversions always go through a
 StaticTable, never format to format (`lookupkit.static.read_table` reads any format into one).
 
-Beside them: mapped (what opening a .lkc hands to StaticCache), streamed (the writer of a table on disk in
-parts), lkc_orders and lkc_suffix (the .lkc sections of higher orders and of the suffix index),
-constmap_build and constmap_probe (VMAP0001 built and probed in numba), llama_scan (the compiled pass over a
-legacy file) and history_state (`.lkh`, a served History kept across restarts).
+Every on-disk fact is named here, and the package sits below the core: what reads a file imports
+nothing of lookupkit but its leaf modules (errors, files, kernels, _version), so counts, static and
+draft import it; what writes a file from a table, or reads one into a table, sits above the counts and
+below static and draft (tests/test_format_layers.py holds both).
+
+Readers and layouts (below the counts): constmap (VMAP0001, the map every format holds: layout and
+view), constmap_probe (its lookups and checksum, in numba), constmap_build (building one, in numba),
+spans (the 2-gram map's value: offset << SPAN_BITS | n_followers), lkc_layout (the .lkc preamble,
+header and section facts), lkc_read (opening a .lkc in O(1)), lkc_orders and lkc_suffix (the .lkc
+sections of the higher orders and of the suffix index), ggngcmap (its writer takes a table but imports
+none), mapped (what opening a file hands to StaticCache), llama_scan (the compiled pass over a legacy
+file) and history_state (`.lkh`, a served History kept across restarts).
+
+Writers (above the counts): lkc_write (a .lkc from a table, and `in_memory`), zst (`.lkc.zst`: unpacked
+once, written through lkc_write), llama (the legacy file read into and written from n-gram tables),
+streamed (a table on disk in parts, written with bounded memory) and registry (every format's reader
+and writer by name; its names are this package's face, imported at first use).
 """
 
-from __future__ import annotations
-
-import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO, Callable
-
-from lookupkit.counts.tables import NgramTable, StaticTable
-from lookupkit.errors import FormatError, InputError
-from lookupkit.files import atomic_writer, open_input
-from lookupkit.formats import ggngcmap, lkc, llama, zst
-from lookupkit.formats.lkc import in_memory
-from lookupkit.formats.mapped import Mapped
-
-
-@dataclass(frozen=True)
-class Format:
-    name: str
-    magic: tuple[bytes, ...]  # the file starts with one of these; () = no magic
-    extensions: tuple[str, ...]
-    open: Callable[[Path], Mapped]
-    write: Callable[[BinaryIO, StaticTable, dict | None, bool], None]  # (f, table, meta, keys)
-    what: str
-    records_meta: bool  # keeps the vocabulary, corpus and build provenance (`meta`)
-    keys_optional: bool  # the 2-gram list may be left out (--no-keys); else always or never stored
-    has_orders: bool  # can hold the higher-order sections (lookup-create --orders 2-N)
-    has_suffix: bool  # can hold the suffix index (lookup-create --suffix-index)
-    streamed: bool  # formats.streamed writes it from merged parts, never holding the whole table
-
-
-REGISTRY = (
-    Format("lkc", (lkc.MAGIC,), (".lkc",), lkc.open_file, lkc.write_file, "a lookupkit cache (.lkc)",
-           records_meta=True, keys_optional=True, has_orders=True, has_suffix=True, streamed=True),
-    Format("lkc.zst", (zst.MAGIC,), (".lkc.zst",), zst.open_file, zst.write_file, "zstd-compressed",
-           records_meta=True, keys_optional=True, has_orders=False, has_suffix=False, streamed=False),
-    Format("ggngcmap", (ggngcmap.MAGIC, ggngcmap.MAGIC[::-1]), (".ggngcmap",), ggngcmap.open_file,
-           ggngcmap.write_file, "a ggngcmap file", records_meta=False, keys_optional=False, has_orders=False,
-           has_suffix=False, streamed=True),
-    Format("llama", (), (".lcs", ".lcd"), llama.open_file, llama.write_file, "a llama.cpp legacy cache",
-           records_meta=False, keys_optional=False, has_orders=False, has_suffix=False, streamed=False),
-)
-BY_NAME = {f.name: f for f in REGISTRY}
-FORMATS = tuple(BY_NAME)
-MAGIC_BYTES = max(len(m) for f in REGISTRY for m in f.magic)
-
-
-def _by_extension(path: Path) -> Format | None:
-    name = path.name.lower()
-    ends = sorted(((ext, f) for f in REGISTRY for ext in f.extensions), key=lambda e: -len(e[0]))
-    return next((f for ext, f in ends if name.endswith(ext)), None)
-
-
-def format_for_path(path: str | os.PathLike, format: str | None = None) -> str:
-    """The format to write: `format` if given (checked), else from the file name's extension."""
-    if format is not None:
-        if format not in BY_NAME:
-            raise InputError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-        return format
-    fmt = _by_extension(Path(path))
-    if fmt is None:
-        exts = ", ".join("*" + e for f in REGISTRY for e in f.extensions)
-        raise InputError(f"cannot tell the format of {path} from its extension; name it {exts} "
-                         f"or pass --format ({', '.join(FORMATS)})")
-    return fmt.name
-
-
-def _magic_of(path: Path) -> bytes:
-    with open_input(path, "cache file") as f:
-        return f.read(MAGIC_BYTES)
-
-
-def detect(path: str | os.PathLike) -> str:
-    """The format of an existing file: by magic where the format has one, else llama (no magic)."""
-    path = Path(path)
-    head = _magic_of(path)
-    for fmt in REGISTRY:
-        if any(head.startswith(m) for m in fmt.magic):
-            return fmt.name
-    claimed = _by_extension(path) or (BY_NAME["lkc.zst"] if path.name.lower().endswith(".zst") else None)
-    if claimed is not None and claimed.magic:
-        raise FormatError(f"{path} is not {claimed.what} (wrong magic: it starts with {head[:8]!r})")
-    return "llama"
-
-
-def open_mapped(path: str | os.PathLike) -> Mapped:
-    """Any format's file opened for `StaticCache`: .lkc/ggngcmap mapped in O(1), the legacy file parsed."""
-    path = Path(path)
-    return BY_NAME[detect(path)].open(path)
-
-
-def read_ngrams(path: str | os.PathLike, what: str = "dynamic cache") -> NgramTable:
-    """A llama.cpp legacy file of 1..4-grams (-lcd, -lcs) as an NgramTable; a file of another format is
-    refused by name (a .lkc given as -lcd)."""
-    path = Path(path)
-    head = _magic_of(path)
-    for fmt in REGISTRY:
-        if any(head.startswith(m) for m in fmt.magic):
-            raise InputError(f"{what} {path} is {fmt.what}, a static cache; the {what} must be a llama.cpp "
-                             f"legacy file (.lcd, as written by --save-dynamic or llama-lookup); pass a static "
-                             f"cache with -lcs")
-    return llama.read_file(path)
-
-
-def write_table(table: StaticTable, path: str | os.PathLike, format: str | None = None, meta: dict | None = None,
-                keys: bool = True) -> str:
-    """Write `table` atomically; returns the format written.
-
-    `meta` (vocab, corpus, build) and `keys` only matter for lkc/lkc.zst: ggngcmap never stores keys or
-    metadata, the legacy file always stores keys and never metadata.
-    """
-    fmt = format_for_path(path, format)
-    with atomic_writer(path) as f:
-        BY_NAME[fmt].write(f, table, meta, keys)
-    return fmt
-
+from lookupkit._lazy import lazy_faces
 
 __all__ = ["FORMATS", "REGISTRY", "Format", "Mapped", "detect", "format_for_path", "in_memory", "open_mapped",
            "read_ngrams", "write_table"]
+
+# The faces are imported at first use: a module that reads one format (lookupkit.counts, static, draft)
+# imports it alone, without the writers and the counts they stand on.
+__getattr__ = lazy_faces(__name__, {
+    **{name: ".registry" for name in ("BY_NAME", "FORMATS", "MAGIC_BYTES", "REGISTRY", "Format", "detect",
+                                      "format_for_path", "open_mapped", "read_ngrams", "write_table")},
+    "Mapped": ".mapped", "in_memory": ".lkc_write"})
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

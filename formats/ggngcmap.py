@@ -15,7 +15,6 @@ from typing import BinaryIO
 
 import numpy as np
 
-from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError
 from lookupkit.files import map_file, unmap
 from lookupkit.formats import constmap
@@ -25,9 +24,9 @@ MAGIC = b"ggngcmap"
 HEADER = struct.Struct("<8sQQ")
 
 
-def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
-    """Write `table` (runs in canonical order) as a ggngcmap file to `f` (no keys, no metadata: the format
-    has no room for them)."""
+def write_file(f: BinaryIO, table, meta: dict | None = None, keys: bool = True) -> None:
+    """Write `table` (a counts.tables.StaticTable, runs in canonical order) as a ggngcmap file to `f` (no
+    keys, no metadata: the format has no room for them)."""
     from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
 
     cmap = constmap_build.build(table.keys, table.spans())

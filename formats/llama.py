@@ -18,7 +18,7 @@ import numpy as np
 from lookupkit.counts.tables import NgramTable, StaticTable
 from lookupkit.errors import FormatError
 from lookupkit.files import atomic_writer, map_file, open_input
-from lookupkit.formats.lkc import in_memory
+from lookupkit.formats.lkc_write import in_memory
 from lookupkit.formats.mapped import Mapped
 
 

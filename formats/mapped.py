@@ -1,6 +1,6 @@
 """What opening a static cache file hands to `StaticCache`: views of its pairs and constmap, and its header.
 
-Every format's `open_file` returns one `Mapped`; `lkc.in_memory` builds one from a table (the legacy
+Every format's `open_file` returns one `Mapped`; `lkc_write.in_memory` builds one from a table (the legacy
 file, tests), building the constmap in memory.
 """
 

@@ -1,5 +1,5 @@
 """The streamed writer: a table that is on disk in parts (`counts.runs.Part`) written with bounded memory,
-byte-identical to `lkc.write_file` / `ggngcmap.write_file` of the same table in memory.
+byte-identical to `lkc_write.write_file` / `ggngcmap.write_file` of the same table in memory.
 
 The pairs are copied part by part into the output and hashed as they go; only the 2-gram keys
 (8 B per 2-gram) and the constmap being built (`constmap_build`, ~22 B per 2-gram) are held. The header's
@@ -17,10 +17,14 @@ import os
 import numpy as np
 
 from lookupkit.counts.follower_stats import stats_from_hist
-from lookupkit.counts.tables import MAX_FOLLOWERS, MAX_OFFSET, SPAN_BITS, StaticTable
-from lookupkit.errors import FormatError, InputError
+from lookupkit.counts.tables import StaticTable
+from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import BY_NAME, constmap_build, ggngcmap, lkc
+from lookupkit.formats import constmap_build, ggngcmap
+from lookupkit.formats.lkc_layout import header_blob, header_for, place_sections, preamble
+from lookupkit.formats.lkc_write import check_meta, optional_sections, with_suffix
+from lookupkit.formats.registry import BY_NAME
+from lookupkit.formats.spans import pack_spans, span_lengths
 
 
 def parts_hist(parts) -> np.ndarray:
@@ -45,13 +49,7 @@ def _keys_and_spans(parts) -> tuple[np.ndarray, np.ndarray]:
         for ln in p.arrays("lens", "<u4", 1):
             lens[at:at + len(ln)] = ln
             at += len(ln)
-    if n_keys and int(lens.max()) > MAX_FOLLOWERS:
-        raise FormatError(f"a 2-gram has {int(lens.max())} followers; the format allows {MAX_FOLLOWERS}")
-    if sum(p.n_pairs for p in parts) >= MAX_OFFSET:
-        raise FormatError("the pairs exceed the format's 2^40 positions")
-    offsets = np.cumsum(lens) - lens
-    spans = (offsets.astype(np.uint64) << np.uint64(SPAN_BITS)) | lens.astype(np.uint64)
-    return keys, spans
+    return keys, pack_spans(np.cumsum(lens) - lens, lens, sum(p.n_pairs for p in parts))
 
 
 def _constmap(keys: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -62,8 +60,8 @@ def _constmap(keys: np.ndarray, spans: np.ndarray) -> np.ndarray:
 
 def to_table(parts) -> StaticTable:
     """The parts as one in-memory StaticTable (for the formats written by their own writers)."""
-    keys, spans = _keys_and_spans(parts)
-    lens = (spans & np.uint64((1 << SPAN_BITS) - 1)).astype(np.int64)
+    keys, values = _keys_and_spans(parts)
+    lens = span_lengths(values)
     offsets = np.zeros(len(keys) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     pairs = np.concatenate([a for p in parts for a in p.arrays("pairs", "<i4", 2)] or [np.empty((0, 2), np.int32)])
@@ -100,13 +98,13 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
 
 
 def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> None:
-    meta = lkc.check_meta(meta, max((p.max_id for p in parts), default=-1))
+    meta = check_meta(meta, max((p.max_id for p in parts), default=-1))
     k, spans = _keys_and_spans(parts)
     cmap = _constmap(k, spans)
     del spans
     n_pairs = sum(p.n_pairs for p in parts)
     arrays = {"pairs": None, "constmap": cmap}
-    extra, meta, version = lkc.optional_sections(k, keys, orders, meta)
+    extra, meta, version = optional_sections(k, keys, orders, meta)
     arrays.update(extra)
     del k
     shapes = {name: list(a.shape) for name, a in arrays.items() if a is not None}
@@ -115,15 +113,15 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> No
     lengths["pairs"] = 8 * n_pairs
     dtypes = {}
     if suffix is not None:
-        meta, version = lkc.with_suffix(meta, suffix.header, version)
+        meta, version = with_suffix(meta, suffix.header, version)
         for name, (dtype, rows) in suffix.shapes.items():
             shapes[name], lengths[name], dtypes[name] = [rows], suffix.nbytes(name), dtype
     stats = stats_from_hist(parts_hist(parts), sum(p.count_sum for p in parts),
                             max((p.count_max for p in parts), default=0), sum(p.count_ones for p in parts))
-    header = lkc.header_for(version, {name: (shapes[name], lengths[name], "0" * 64, dtypes.get(name))
+    header = header_for(version, {name: (shapes[name], lengths[name], "0" * 64, dtypes.get(name))
                                       for name in [*arrays, *dtypes]}, meta, stats)
     sections = header["sections"]
-    blob, size = lkc.place_sections(header)
+    blob, size = place_sections(header)
     names = list(arrays)
     f.write(b"\0" * sections["pairs"]["offset"])  # preamble and header come last
     digest = hashlib.sha256()
@@ -145,9 +143,9 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> No
         suffix.copy(name, f)
         sections[name]["sha256"] = suffix.sha256[name]
         written = sections[name]["offset"] + lengths[name]
-    final = lkc.header_blob(header)
+    final = header_blob(header)
     assert len(final) == len(blob)
     f.seek(0)
-    f.write(lkc.preamble(version, final, size))
+    f.write(preamble(version, final, size))
     f.write(final)
     f.seek(0, os.SEEK_END)

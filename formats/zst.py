@@ -22,7 +22,7 @@ import zstandard
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import FormatError
 from lookupkit.files import ZSTD_MAGIC, atomic_writer, default_root, ensure_dir, open_input
-from lookupkit.formats import lkc
+from lookupkit.formats import lkc_layout, lkc_read, lkc_write
 from lookupkit.formats.mapped import Mapped
 
 MAGIC = ZSTD_MAGIC
@@ -54,8 +54,8 @@ def unpack(path: str | os.PathLike) -> Path:
     with open_input(path, "cache file") as src, atomic_writer(target) as dst:
         try:
             reader = zstandard.ZstdDecompressor(max_window_size=2**31).stream_reader(src, read_across_frames=True)
-            head = reader.read(len(lkc.MAGIC))
-            if head != lkc.MAGIC:
+            head = reader.read(len(lkc_layout.MAGIC))
+            if head != lkc_layout.MAGIC:
                 raise FormatError(f"{path}: the zstd stream does not hold a .lkc file (it starts with {head[:8]!r})")
             dst.write(head)
             while chunk := reader.read(CHUNK):
@@ -74,12 +74,12 @@ def compressing(f: BinaryIO) -> Iterator[BinaryIO]:
 
 def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True) -> None:
     with compressing(f) as z:
-        lkc.write_file(z, table, meta, keys)
+        lkc_write.write_file(z, table, meta, keys)
 
 
 def open_file(path: Path) -> Mapped:
     """Unpacked once into the cache directory, then mapped as a .lkc (reported as format lkc)."""
     mapped = unpack(path)
-    out = lkc.open_file(mapped, f"{path} (unpacked as {mapped})")
+    out = lkc_read.open_file(mapped, f"{path} (unpacked as {mapped})")
     out.path = path
     return out

@@ -28,14 +28,24 @@ COUNT_MAX = 2**31 - 1
 # Token ids are int32: 0 .. ID_MAX.
 ID_MAX = 2**31 - 1
 
-# lookup-stats: --draft default and range, --ctx-size range. POLICY_DRAFT is the default with lookupkit's
-# policy (--policy lookupkit), stated here beside llama.cpp's so that one place says both: it is only a
-# ceiling, as the policy itself decides how much of it pays.
-DEFAULT_DRAFT = 16
-POLICY_DRAFT = 8
+# lookup-stats' defaults per draft source, the one table of them (replay.run.Replay fills in what is not given;
+# the --help texts, the sweeps and the sources' own modules read it): --draft, and for the longest-match sources
+# --ngram-min-match/--ngram-max-match. lookup: llama.cpp's rule over its caches; policy: lookupkit's policy over
+# them (--policy lookupkit), whose --draft is only a ceiling, as the policy itself decides how much of it pays;
+# ngram: the longest earlier match in the sequence (replay.longest_match); suffix: the run after the longest
+# match in the static cache's corpus (replay.suffix_run).
+SOURCE_DEFAULTS = {
+    "lookup": {"n_draft": 16},
+    "policy": {"n_draft": 8},
+    "ngram": {"n_draft": 3, "min_match": 3, "max_match": 8},
+    "suffix": {"n_draft": 8, "min_match": 4},
+}
+DEFAULT_DRAFT = SOURCE_DEFAULTS["lookup"]["n_draft"]
+POLICY_DRAFT = SOURCE_DEFAULTS["policy"]["n_draft"]
 # The engine adapters' and `lookupkit generate`'s n_draft default: a verify batch of 1 + 8 per call (Gemma 3
 # 270M here: 1 + 7 tokens cost 2.45x one, bench/results/calibration-gemma-3-270m-2026-12-01-t2.curve.json).
 ENGINE_DRAFT = 8
+# The largest --draft and --ctx-size.
 MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
 # --ctx-size's default everywhere (lookup-stats' chunk, tune-policy, generate, serve, replay-requests): llama.cpp's

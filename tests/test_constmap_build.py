@@ -12,6 +12,7 @@ from numba import njit
 
 from lookupkit.formats import constmap, constmap_probe
 from lookupkit.formats import constmap_build as vb
+from lookupkit.formats.spans import SPAN_BITS
 
 fastconstmap = pytest.importorskip("fastconstmap")
 assert fastconstmap.__version__.startswith("0.10."), fastconstmap.__version__
@@ -262,8 +263,9 @@ def _values(kind, n, rng):
         return np.full(n, 2**64 - 1, np.uint64)
     if kind == "index":
         return np.arange(n, dtype=np.uint64)
-    if kind == "span":  # lookupkit's (offset << 24) | length
-        return (np.arange(n, dtype=np.uint64) << np.uint64(24)) | rng.integers(1, 1 << 24, n, dtype=np.uint64)
+    if kind == "span":  # lookupkit's (offset << SPAN_BITS) | length
+        return ((np.arange(n, dtype=np.uint64) << np.uint64(SPAN_BITS))
+                | rng.integers(1, 1 << SPAN_BITS, n, dtype=np.uint64))
     raise AssertionError(kind)
 
 
@@ -425,7 +427,7 @@ def test_input_dtypes_and_validation():
 def test_large(n):
     rng = np.random.default_rng(n)
     keys = unique_keys(rng, n, 0, 152064)  # vocabulary-sized ids, like real 2-grams
-    vals = (np.arange(n, dtype=np.uint64) << np.uint64(24)) | np.uint64(3)
+    vals = (np.arange(n, dtype=np.uint64) << np.uint64(SPAN_BITS)) | np.uint64(3)
     buf = build_checked(keys, vals)
     check_lookups(buf, keys, vals, rng, absent=10000)
     m = fastconstmap.VerifiedConstMap.from_bytes(buf)

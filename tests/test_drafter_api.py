@@ -9,7 +9,7 @@ import pytest
 
 from lookupkit import Drafter
 from lookupkit.errors import InputError, VocabMismatchError
-from lookupkit.formats import lkc
+from lookupkit.formats.lkc_write import write_file
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.formats import llama
 from lookupkit.static.cache import StaticCache
@@ -118,7 +118,7 @@ def test_a_static_cache_for_another_vocabulary_is_refused(tmp_path):
         Drafter(static=static_of({(1, 2): {3: 5}}, vocab), expect_vocab="bbbb")
     table = static_of({(1, 2): {3: 5}}).to_table()
     with open(tmp_path / "s.lkc", "wb") as f:
-        lkc.write_file(f, table, {"vocab": vocab})
+        write_file(f, table, {"vocab": vocab})
     with pytest.raises(VocabMismatchError, match="bbbb"):
         Drafter(static=tmp_path / "s.lkc", expect_vocab="bbbb")
     assert Drafter(static=tmp_path / "s.lkc", expect_vocab="aaaa").draft([1, 2], 1) == [3]

@@ -23,7 +23,7 @@ from lookupkit.static import keyrecovery
 from lookupkit.cli import cache_cmds
 from lookupkit.cli.common import print_json
 from lookupkit.errors import LookupkitError
-from lookupkit.formats import lkc
+from lookupkit.formats.lkc_layout import ALIGN, PREAMBLE
 from test_formats import META, same, table_of, text_like
 
 TABLE = table_of(text_like(1500, vocab=300, seed=21))
@@ -98,17 +98,17 @@ def run(work, kind: str, data: bytes) -> None:
 
 
 def header_of(data: bytes) -> tuple[dict, int]:
-    hlen = lkc.PREAMBLE.unpack_from(data)[3]
-    return json.loads(data[64:64 + hlen]), hlen
+    hlen = PREAMBLE.unpack_from(data)[3]
+    return json.loads(data[PREAMBLE.size:PREAMBLE.size + hlen]), hlen
 
 
 def with_header(data: bytes, header: dict, hlen: int) -> bytes:
     blob = json.dumps(header, separators=(",", ":")).encode()
-    if len(blob) > 4096 - 64:
+    if len(blob) > ALIGN - PREAMBLE.size:
         return data
-    magic, version, bom, _, _, size = lkc.PREAMBLE.unpack_from(data)
-    pre = lkc.PREAMBLE.pack(magic, version, bom, len(blob), hashlib.sha256(blob).digest(), size)
-    return pre + blob + b"\0" * (4096 - 64 - len(blob)) + data[4096:]
+    magic, version, bom, _, _, size = PREAMBLE.unpack_from(data)
+    pre = PREAMBLE.pack(magic, version, bom, len(blob), hashlib.sha256(blob).digest(), size)
+    return pre + blob + b"\0" * (ALIGN - PREAMBLE.size - len(blob)) + data[ALIGN:]
 
 
 FUZZ = settings(max_examples=700, deadline=None, suppress_health_check=list(HealthCheck))

@@ -22,7 +22,9 @@ from lookupkit.static import read_table
 from lookupkit.formats import constmap_build
 from lookupkit.static import keyrecovery
 from lookupkit.errors import FormatError, InputError
-from lookupkit.formats import lkc, llama
+from lookupkit.formats import llama
+from lookupkit.formats.lkc_layout import ALIGN, PREAMBLE
+from lookupkit.formats.spans import SPAN_BITS
 from lookupkit.static.cache import StaticCache
 from lookupkit.counts.tables import StaticTable
 import needs
@@ -138,7 +140,7 @@ def test_ggngcmap_bytes_match_the_fork_layout(tmp_path):
     assert magic == b"ggngcmap" and n == table.n_pairs and len(raw) == 24 + 8 * n + map_size
     assert raw[24:24 + 8 * n] == table.pairs.astype("<i4").tobytes()
     lengths = np.diff(table.offsets)
-    mapping = {struct.pack("<ii", *k): (int(o) << 24) | int(ln)
+    mapping = {struct.pack("<ii", *k): (int(o) << SPAN_BITS) | int(ln)
                for k, o, ln in zip(table.keys.tolist(), table.offsets[:-1], lengths)}
     assert raw[24 + 8 * n:] == fastconstmap.VerifiedConstMap(mapping).to_bytes()  # what the fork's C writes
     view = fastconstmap.VerifiedConstMap.from_buffer(memoryview(np.frombuffer(raw, np.uint64)).cast("B")[24 + 8 * n:])
@@ -153,7 +155,7 @@ def test_ggngcmap_in_hash_order_reads_canonically(tmp_path):
     lengths = np.diff(table.offsets)
     pairs = np.concatenate([table.pairs[table.offsets[i]:table.offsets[i + 1]] for i in order])
     starts = np.concatenate([[0], np.cumsum(lengths[order])[:-1]])
-    values = (starts.astype(np.uint64) << np.uint64(24)) | lengths[order].astype(np.uint64)
+    values = (starts.astype(np.uint64) << np.uint64(SPAN_BITS)) | lengths[order].astype(np.uint64)
     cmap = constmap_build.build(table.keys[order], values)
     path = tmp_path / "fork.ggngcmap"
     path.write_bytes(struct.pack("<8sQQ", b"ggngcmap", len(pairs), len(cmap)) + pairs.astype("<i4").tobytes() + cmap)
@@ -167,9 +169,9 @@ def test_lkc_layout(tmp_path):
     path = tmp_path / "c.lkc"
     formats.write_table(table, path, meta=META)
     raw = path.read_bytes()
-    magic, version, bom, hlen, digest, size = lkc.PREAMBLE.unpack_from(raw)
+    magic, version, bom, hlen, digest, size = PREAMBLE.unpack_from(raw)
     assert (magic, version, bom, size) == (b"LKCACHE\0", 1, 0x0A0B0C0D, len(raw))
-    blob = raw[64:64 + hlen]
+    blob = raw[PREAMBLE.size:PREAMBLE.size + hlen]
     assert hashlib.sha256(blob).digest() == digest
     header = json.loads(blob)
     assert header["vocab"] == META["vocab"] and header["corpus"] == META["corpus"] and header["build"] == META["build"]
@@ -177,7 +179,7 @@ def test_lkc_layout(tmp_path):
     secs = header["sections"]
     assert set(secs) == {"pairs", "constmap", "key_t0_offsets", "key_t1"}
     for spec in secs.values():
-        assert spec["offset"] % 4096 == 0
+        assert spec["offset"] % ALIGN == 0
         data = raw[spec["offset"]:spec["offset"] + spec["length"]]
         assert hashlib.sha256(data).hexdigest() == spec["sha256"]
     p = secs["pairs"]
@@ -186,8 +188,9 @@ def test_lkc_layout(tmp_path):
     assert raw[c["offset"]:c["offset"] + 8] == b"VMAP0001"
     small = tmp_path / "small.lkc"
     formats.write_table(table, small, keys=False)
-    assert set(json.loads(small.read_bytes()[64:64 + lkc.PREAMBLE.unpack_from(small.read_bytes())[3]])["sections"]) \
-        == {"pairs", "constmap"}
+    small_raw = small.read_bytes()
+    header_len = PREAMBLE.unpack_from(small_raw)[3]
+    assert set(json.loads(small_raw[PREAMBLE.size:PREAMBLE.size + header_len])["sections"]) == {"pairs", "constmap"}
     assert small.stat().st_size < path.stat().st_size
 
 
@@ -348,8 +351,8 @@ def test_reading_headers_needs_no_compiled_code(tmp_path):
     path = tmp_path / "t.lkc"
     formats.write_table(table_of(text_like(400)), path, meta=META)
     code = ("import json, sys; import lookupkit.formats as f; from lookupkit.files import map_file; "
-            "from lookupkit.formats import constmap, ggngcmap, lkc, lkc_orders, llama; "
-            "header, views, cmap = lkc.parse(map_file(sys.argv[1], 'cache'), 'x'); "
+            "from lookupkit.formats import constmap, ggngcmap, lkc_read, lkc_orders, llama; "
+            "header, views, cmap = lkc_read.parse(map_file(sys.argv[1], 'cache'), 'x'); "
             "print(json.dumps({'numba': 'numba' in sys.modules, 'n_keys': cmap.n_keys}))")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd="/", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -129,12 +129,18 @@ def vocab_with_eos(path, eos: int):
     return path
 
 
-def test_generation_stops_at_the_first_eos_drafted_or_not(plain, prompt, tmp_path):
-    at = 40
-    eos = plain.tokens[at]
-    first = plain.tokens.index(eos)
-    model = write_llama_gguf(tmp_path / "eos.gguf", vocab=vocab_with_eos(tmp_path / "vocab.gguf", eos))
-    m = llama(model)
+@pytest.fixture(scope="module")
+def eos_llm(plain, tmp_path_factory):
+    """The tiny model with the token plain emits at 40 as its vocabulary's EOS; and where plain first emits it."""
+    tmp = tmp_path_factory.mktemp("eos")
+    eos = plain.tokens[40]
+    m = llama(write_llama_gguf(tmp / "eos.gguf", vocab=vocab_with_eos(tmp / "vocab.gguf", eos)))
+    yield m, plain.tokens.index(eos)
+    m.close()
+
+
+def test_generation_stops_at_the_first_eos_drafted_or_not(plain, prompt, eos_llm):
+    m, first = eos_llm
     for drafter in (None, Drafter(), Drafter(policy="lookupkit", verify_cost=0.0)):
         g = generate(m, prompt, N_NEW, drafter=drafter, n_draft=32)
         assert g.tokens == plain.tokens[:first + 1] and g.stop == "eos" and g.eos
@@ -143,7 +149,24 @@ def test_generation_stops_at_the_first_eos_drafted_or_not(plain, prompt, tmp_pat
             rep = replay_generation(list(prompt) + g.tokens, len(prompt) + 1, 32, policy=pol)
             assert np.array_equal(g.drafted, rep.n_drafted) and np.array_equal(g.accepted, rep.n_accepted)
     assert generate(m, prompt, N_NEW, stop_at_eos=False).tokens == plain.tokens
-    m.close()
+
+
+def test_each_emitted_token_is_checked_for_eog_once(plain, prompt, eos_llm, monkeypatch):
+    """The end-of-generation check costs one is_eog per emitted token (none after the first EOG is known),
+    not a second pass over the step's last token and a rescan of the whole output at the end."""
+    from lookupkit.integrations import llama_generate
+
+    m, first = eos_llm
+    calls = []
+    real = llama_generate._Model.is_eog
+    monkeypatch.setattr(llama_generate._Model, "is_eog", lambda self, t: calls.append(t) or real(self, t))
+    for drafter, stop_at_eos in ((None, True), (Drafter(), True), (None, False), (Drafter(), False)):
+        calls.clear()
+        g = generate(m, prompt, N_NEW, drafter=drafter, n_draft=32, stop_at_eos=stop_at_eos)
+        assert g.eog == first and g.tokens[:first + 1] == plain.tokens[:first + 1]
+        assert calls == g.tokens[:first + 1], (drafter, stop_at_eos)
+    g = generate(m, prompt, first, stop_at_eos=True)
+    assert g.stop == "length" and g.eog is None
 
 
 def test_drafts_never_pass_n_ctx_and_a_full_context_ends_the_generation(tiny_gguf, prompt, plain):

@@ -199,7 +199,8 @@ def test_state_file_corruption_is_refused(tmp_path):
     learnt_history().save(path)
     good = path.read_bytes()
     bad = tmp_path / "bad.lkh"
-    cases = {"truncated": good[:-7], "preamble only": good[:64], "empty": b"", "another file": b"LKCACHE\0" + good[8:]}
+    cases = {"truncated": good[:-7], "preamble only": good[:history_state.PREAMBLE.size], "empty": b"",
+             "another file": b"LKCACHE\0" + good[8:]}
     rng = np.random.default_rng(4)
     for at in [0, 9, 13, 17, 30, 60, 70, 150, 400, len(good) // 2, len(good) - 1, *rng.integers(0, len(good), 20)]:
         flipped = bytearray(good)

@@ -22,7 +22,8 @@ from lookupkit.draft.policy_reference import draft_policy_reference, learn_trust
 from lookupkit.draft.trust import N_FAMILIES
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import lkc
+from lookupkit.formats import lkc_read
+from lookupkit.formats.lkc_write import write_file
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams, unpack_value
 from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, TRUST_PRIOR, TRUST_WINDOW, context_code, dynamic_code, static_code
@@ -84,7 +85,7 @@ def test_version_2_file_round_trips_and_old_readers_refuse_it(tmp_path, monkeypa
     path = tmp_path / "o.lkc"
     table = count_static(docs, 1024)
     with atomic_writer(path) as f:
-        lkc.write_file(f, table, {}, True, HighOrders(OrderParams((3, 4, 5), follower_bits=FBITS),
+        write_file(f, table, {}, True, HighOrders(OrderParams((3, 4, 5), follower_bits=FBITS),
                                                      {n: count_order([docs], n, OrderParams((3, 4, 5), follower_bits=FBITS))
                                                       for n in (3, 4, 5)}))
     with StaticCache.open(path) as opened:
@@ -94,9 +95,9 @@ def test_version_2_file_round_trips_and_old_readers_refuse_it(tmp_path, monkeypa
         assert opened.to_table().to_dict() == table.to_dict()  # the 2-gram part is unchanged
     plain = tmp_path / "plain.lkc"
     with atomic_writer(plain) as f:
-        lkc.write_file(f, table, {}, True)
+        write_file(f, table, {}, True)
     assert plain.read_bytes()[8:12] == (1).to_bytes(4, "little")  # no higher orders: still version 1
-    monkeypatch.setattr(lkc, "VERSION", 1)  # a reader of version 1 only
+    monkeypatch.setattr(lkc_read, "VERSION", 1)  # a reader of version 1 only
     with pytest.raises(FormatError, match="newer lookupkit"):
         StaticCache.open(path)
 
@@ -201,7 +202,7 @@ def test_lookup_create_orders_streams_the_same_bytes_as_the_in_memory_writer(tmp
             fbits = 64 - cache.meta["orders"]["key_bits"]
         p = OrderParams((3, 4, 5), 2, 0.3, follower_bits=fbits)
         with atomic_writer(tmp_path / "m.lkc") as f:
-            lkc.write_file(f, count_static([ids], 2**31 - 1), meta, True,
+            write_file(f, count_static([ids], 2**31 - 1), meta, True,
                            HighOrders(p, {n: count_order([[ids]], n, p) for n in (3, 4, 5)}))
         assert built.read_bytes() == (tmp_path / "m.lkc").read_bytes(), jobs
 
@@ -234,7 +235,7 @@ def test_lookup_stats_policy_flags(tmp_path):
     table = count_static([phrase_stream(13, n=12_000)], 1024)
     with atomic_writer(tmp_path / "o.lkc") as f:
         p = OrderParams((3, 4, 5), follower_bits=FBITS)
-        lkc.write_file(f, table, {}, True, HighOrders(p, {n: count_order([[phrase_stream(13, n=12_000)]], n, p)
+        write_file(f, table, {}, True, HighOrders(p, {n: count_order([[phrase_stream(13, n=12_000)]], n, p)
                                                           for n in (3, 4, 5)}))
     run = CliRunner().invoke
     base = ["--tokens", str(tmp_path / "t.i32"), "-c", "512"]
@@ -245,7 +246,7 @@ def test_lookup_stats_policy_flags(tmp_path):
     assert out["expected_speedup"]["0.25"] == pytest.approx(out["speedup"]) and "warning" not in r.stderr
     two = tmp_path / "two.lkc"
     with atomic_writer(two) as f:
-        lkc.write_file(f, table, {}, True)
+        write_file(f, table, {}, True)
     r = run(app, [*base, "-lcs", str(two), "--policy", "lookupkit"])
     assert r.exit_code == 0 and r.stderr.count("warning:") == 1 and "--orders 2-6" in r.stderr
     r = run(app, [*base, "-lcs", str(tmp_path / "o.lkc"), "--policy", "lookupkit", "--sweep", "--json"])

@@ -222,6 +222,19 @@ def test_the_sampler_applies_llama_cpps_chain():
     assert ids.tolist() == order[:np.searchsorted(np.cumsum(p[order]), 0.999) + 1].tolist()
 
 
+def test_every_endpoint_makes_its_sampling_from_its_own_defaults():
+    from lookupkit.serve.protocol import ChatRequest, CompletionRequest, LlamaCompletionRequest
+    from lookupkit.serve.sampling import Sampling
+
+    assert CompletionRequest.model_validate_json('{"prompt": "x"}').sampling() == Sampling(1.0, 0, 1.0, 0.0, None)
+    chat = ChatRequest.model_validate_json('{"messages": [{"role": "user", "content": "x"}], "seed": 7, "top_k": 3}')
+    assert chat.sampling() == Sampling(1.0, 3, 1.0, 0.0, 7)
+    llama = LlamaCompletionRequest.model_validate_json('{"prompt": "x"}')  # seed -1: from the OS
+    assert llama.sampling() == Sampling(0.8, 40, 0.95, 0.05, None)
+    seeded = LlamaCompletionRequest.model_validate_json('{"prompt": "x", "seed": 0, "temperature": 0.0}')
+    assert seeded.sampling() == Sampling(0.0, 40, 0.95, 0.05, 0) and seeded.sampling().greedy
+
+
 def test_on_gemma_every_emitted_token_is_greedy_in_its_batch():
     """A quantised model's arithmetic depends on the batch shape, so drafted output may differ from plain:
     what must hold is that each emitted token is the argmax of the row, in the slot's batch, that produced

@@ -19,7 +19,8 @@ from lookupkit import StaticCache, formats
 from lookupkit.formats import constmap_build
 from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.errors import LookupkitWarning, FormatError, InputError, VocabMismatchError
-from lookupkit.formats import lkc
+from lookupkit.formats.lkc_layout import ALIGN, PREAMBLE
+from lookupkit.formats.spans import SPAN_BITS
 from lookupkit.static.lookup import count_in, span_of
 from lookupkit.counts.tables import StaticTable
 from test_formats import EXT, META, same, table_of, text_like
@@ -49,13 +50,13 @@ def opened(table, tmp_path, kind, meta=META) -> StaticCache:
 def rewrite_header(path: Path, edit) -> None:
     """Apply edit(header dict) and store the header with a matching checksum (a crafted, 'valid' file)."""
     raw = bytearray(path.read_bytes())
-    magic, version, bom, hlen, _, size = lkc.PREAMBLE.unpack_from(raw)
-    header = json.loads(bytes(raw[64:64 + hlen]))
+    magic, version, bom, hlen, _, size = PREAMBLE.unpack_from(raw)
+    header = json.loads(bytes(raw[PREAMBLE.size:PREAMBLE.size + hlen]))
     edit(header)
     blob = json.dumps(header, separators=(",", ":")).encode()
-    assert len(blob) <= 4096 - 64, "test header must fit the first page"
-    raw[:64 + max(hlen, len(blob))] = lkc.PREAMBLE.pack(magic, version, bom, len(blob), hashlib.sha256(blob).digest(),
-                                                        size) + blob + b"\0" * max(0, hlen - len(blob))
+    assert len(blob) <= ALIGN - PREAMBLE.size, "test header must fit the first page"
+    pre = PREAMBLE.pack(magic, version, bom, len(blob), hashlib.sha256(blob).digest(), size)
+    raw[:PREAMBLE.size + max(hlen, len(blob))] = pre + blob + b"\0" * max(0, hlen - len(blob))
     path.write_bytes(bytes(raw))
 
 
@@ -136,7 +137,7 @@ def test_span_outside_the_pairs_is_never_read(tmp_path):
     """A constmap value pointing past the pairs (corruption that passes the O(1) checks) raises, never reads."""
     table = table_of(text_like(800, seed=5))
     spans = table.spans()
-    spans[4] = (np.uint64(table.n_pairs - 1) << np.uint64(24)) | np.uint64(50)  # runs 49 pairs past the end
+    spans[4] = (np.uint64(table.n_pairs - 1) << np.uint64(SPAN_BITS)) | np.uint64(50)  # runs 49 pairs past the end
     cm = constmap_build.build(table.keys, spans)
     path = tmp_path / "c.ggngcmap"
     path.write_bytes(struct.pack("<8sQQ", b"ggngcmap", table.n_pairs, len(cm)) + table.pairs.astype("<i4").tobytes() + cm)

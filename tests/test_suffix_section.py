@@ -14,7 +14,9 @@ from lookupkit import StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
-from lookupkit.formats import lkc, lkc_suffix
+from lookupkit.formats import lkc_suffix
+from lookupkit.formats.lkc_layout import PREAMBLE, header_blob, preamble
+from lookupkit.formats.lkc_write import write_file
 from lookupkit.suffix import build_index, continuation, corpus_text, longest_match
 from lookupkit.suffix import write as suffix_write
 
@@ -30,14 +32,14 @@ def write(path, docs=DOCS, suffix=True, orders=None):
     table = count_static([np.asarray(d, np.int32) for d in docs], n_vocab)
     index = build_index(corpus_text(docs)) if suffix else None
     with atomic_writer(path) as f:
-        lkc.write_file(f, table, {}, orders=orders, suffix=index)
+        write_file(f, table, {}, orders=orders, suffix=index)
     return table, index
 
 
 def test_round_trip_is_the_same_index_as_views_into_the_file(tmp_path):
     _, index = write(tmp_path / "c.lkc")
     raw = (tmp_path / "c.lkc").read_bytes()
-    assert lkc.PREAMBLE.unpack_from(raw)[1] == 3
+    assert PREAMBLE.unpack_from(raw)[1] == 3
     with StaticCache.open(tmp_path / "c.lkc") as cache:
         got = cache.suffix
         assert cache.meta["suffix"]["n"] == index.n == sum(len(d) + 1 for d in DOCS)
@@ -68,7 +70,7 @@ def test_without_an_index_the_file_is_version_1_or_2_with_no_suffix(tmp_path):
 
 def test_lookup_creates_file_is_the_in_memory_writers_bytes(tmp_path):
     """build_static streams the 2-grams from merged parts and copies the suffix part in: the same bytes as
-    lkc.write_file of the same table and index (-j 1 and 2)."""
+    lkc_write.write_file of the same table and index (-j 1 and 2)."""
     from lookupkit.build import build_static
     from lookupkit.corpora import TokenFile
 
@@ -84,20 +86,20 @@ def test_lookup_creates_file_is_the_in_memory_writers_bytes(tmp_path):
             meta = {k: cache.meta[k] for k in ("vocab", "corpus", "build")}
         table = count_static([np.asarray(d, np.int32) for d in docs], N_VOCAB)
         with atomic_writer(tmp_path / "ref.lkc") as f:
-            lkc.write_file(f, table, meta, suffix=build_index(corpus_text(docs)))
+            write_file(f, table, meta, suffix=build_index(corpus_text(docs)))
         assert out.read_bytes() == (tmp_path / "ref.lkc").read_bytes()
 
 
 def _rewrite(path, out, change):
     """`path` with its header changed by change(header) and re-signed (sections stay where they are)."""
     raw = path.read_bytes()
-    _, version, _, hlen, _, size = lkc.PREAMBLE.unpack_from(raw)
+    _, version, _, hlen, _, size = PREAMBLE.unpack_from(raw)
     header = json.loads(raw[64:64 + hlen])
     change(header)
-    blob = lkc.header_blob(header)
+    blob = header_blob(header)
     first = min(s["offset"] for s in header["sections"].values())
     assert 64 + len(blob) <= first
-    data = lkc.preamble(header.get("format_version", version), blob, size) + blob
+    data = preamble(header.get("format_version", version), blob, size) + blob
     out.write_bytes(data + b"\0" * (first - len(data)) + raw[first:])
     return out
 
@@ -139,7 +141,7 @@ def test_a_damaged_header_is_one_format_error_at_open(tmp_path, change, fragment
 def test_damaged_sections_are_found_by_verify(tmp_path):
     _, index = write(tmp_path / "c.lkc")
     raw = bytearray((tmp_path / "c.lkc").read_bytes())
-    header = json.loads(raw[64:64 + lkc.PREAMBLE.unpack_from(raw)[3]])
+    header = json.loads(raw[PREAMBLE.size:PREAMBLE.size + PREAMBLE.unpack_from(raw)[3]])
     sa = header["sections"]["suffix_sa"]
     raw[sa["offset"] + 4 * 10:sa["offset"] + 4 * 11] = np.int32(index.n + 5).tobytes()
     (tmp_path / "flip.lkc").write_bytes(bytes(raw))
@@ -197,7 +199,7 @@ print(json.dumps({"matched": matched, "refused": refused, "drafted": drafted}))
 def _damage(path, out, section, values):
     """`path` with every third element of `section` (int32) set to one of `values` in turn, re-signed."""
     raw = bytearray(path.read_bytes())
-    sec = json.loads(raw[64:64 + lkc.PREAMBLE.unpack_from(raw)[3]])["sections"][section]
+    sec = json.loads(raw[PREAMBLE.size:PREAMBLE.size + PREAMBLE.unpack_from(raw)[3]])["sections"][section]
     a = np.frombuffer(raw, np.int32, sec["length"] // 4, sec["offset"]).copy()
     a[1::3] = np.resize(np.array(values, np.int64), len(a[1::3])).astype(np.int32)
     raw[sec["offset"]:sec["offset"] + sec["length"]] = a.tobytes()

@@ -135,7 +135,7 @@ def shown(cmd: list[str], tokens: list[Path]) -> str:
 
 def index_size(path: Path, n_tokens: int) -> dict:
     """The suffix index's four sections' bytes (from the .lkc header), per corpus token and per position."""
-    from lookupkit.formats import lkc, lkc_suffix
+    from lookupkit.formats import lkc_layout as lkc, lkc_suffix
     from lookupkit.static import StaticCache
 
     with StaticCache.open(path) as c:

@@ -13,10 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FormatError
-
-SPAN_BITS = 24  # constmap value = offset << 24 | n_followers
-MAX_FOLLOWERS = (1 << SPAN_BITS) - 1
-MAX_OFFSET = 1 << 40
+from ..formats.spans import pack_spans
 
 
 def _canonical_runs(keys: np.ndarray, offsets: np.ndarray, pairs: np.ndarray):
@@ -117,13 +114,8 @@ class StaticTable(_Runs):
         return len(self.pairs)
 
     def spans(self) -> np.ndarray:
-        """Constmap values: offset << 24 | n_followers, checked against the format's bounds."""
-        lengths = np.diff(self.offsets)
-        if len(lengths) and int(lengths.max()) > MAX_FOLLOWERS:
-            raise FormatError(f"a 2-gram has {int(lengths.max())} followers; the format allows {MAX_FOLLOWERS}")
-        if self.n_pairs >= MAX_OFFSET:
-            raise FormatError(f"{self.n_pairs} pairs exceed the format's 2^40 positions")
-        return (self.offsets[:-1].astype(np.uint64) << np.uint64(SPAN_BITS)) | lengths.astype(np.uint64)
+        """Constmap values (formats.spans: offset << SPAN_BITS | n_followers), checked against its bounds."""
+        return pack_spans(self.offsets[:-1], np.diff(self.offsets), self.n_pairs)
 
     def to_dict(self) -> dict:
         return self.to_ngrams().to_dict()

@@ -282,7 +282,8 @@ def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_dr
     if on_token is not None:
         on_token(tok)
     t1 = time.perf_counter()
-    stop = _stop(m, out, len(prompt), max_tokens, stop_at_eos)
+    ended = stop_at_eos and m.is_eog(tok)  # with stop_at_eos, each emitted token is checked once, as it comes
+    stop = _stop(m, ended, out, len(prompt), max_tokens)
     if drafter is not None:
         drafter.accept(out)
     limit_batch = min(n_draft, batch.capacity - 1)
@@ -302,21 +303,23 @@ def _run(m: _Model, batch: _Batch, prompt: np.ndarray, max_tokens, drafter, n_dr
             m.forget_from(pos + 1 + n_acc)
         new = new[:max_tokens - len(out)]
         if stop_at_eos:
-            eog = next((i for i, t in enumerate(new) if m.is_eog(t)), None)
-            new = new if eog is None else new[:eog + 1]
+            cut = _first_eog(m, new)
+            ended = cut is not None
+            new = new if cut is None else new[:cut + 1]
         drafted.append(len(draft))
         accepted.append(min(n_acc, len(new)))  # drafted tokens that are in the output
         out.extend(new)
         if on_token is not None:
             for t in new:
                 on_token(t)
-        stop = _stop(m, out, len(prompt), max_tokens, stop_at_eos)
+        stop = _stop(m, ended, out, len(prompt), max_tokens)
         if drafter is not None:
             drafter.accept(new)
     t2 = time.perf_counter()
+    # without stop_at_eos the first EOG is looked for once, after the timed loop
+    eog = (len(out) - 1 if ended else None) if stop_at_eos else _first_eog(m, out)
     return Generation(tokens=out, prompt_len=len(prompt), stop=stop, t_prompt_s=t1 - t0, t_gen_s=t2 - t1,
-                      drafted=np.asarray(drafted, np.int32), accepted=np.asarray(accepted, np.int32),
-                      eog=next((i for i, t in enumerate(out) if m.is_eog(t)), None))
+                      drafted=np.asarray(drafted, np.int32), accepted=np.asarray(accepted, np.int32), eog=eog)
 
 
 def verify(pick, row, draft: list[int]) -> list[int]:
@@ -336,14 +339,20 @@ def greedy_pick(logits: np.ndarray) -> int:
     return int(np.argmax(logits))
 
 
-def _stop(m: _Model, out: list, n_prompt: int, max_tokens: int, stop_at_eos: bool) -> str | None:
-    if stop_at_eos and m.is_eog(out[-1]):
+def _stop(m: _Model, ended: bool, out: list, n_prompt: int, max_tokens: int) -> str | None:
+    """Why the generation ends after this step, if it does (ended: an EOG was emitted, with stop_at_eos)."""
+    if ended:
         return "eos"
     if len(out) >= max_tokens:
         return "length"
     if n_prompt + len(out) >= m.n_ctx:
         return "n_ctx"
     return None
+
+
+def _first_eog(m: _Model, tokens: list) -> int | None:
+    """Index of the first end-of-generation token in tokens (the check stops there)."""
+    return next((i for i, t in enumerate(tokens) if m.is_eog(t)), None)
 
 
 def _rows(m: _Model, n: int) -> np.ndarray:

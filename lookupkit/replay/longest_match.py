@@ -23,10 +23,11 @@ import numpy as np
 
 from ..errors import InputError
 from ..kernels import GOLDEN, kernel, mix, same_run
-from ..rules import LONGEST_MATCH, check_replay
+from ..rules import LONGEST_MATCH, SOURCE_DEFAULTS, check_replay
 from .trace import ReplayTrace
 
-DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = 3, 3, 8  # this source's --draft and match lengths
+_DEFAULTS = SOURCE_DEFAULTS["ngram"]  # this source's --draft and match lengths
+DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = (_DEFAULTS[k] for k in ("n_draft", "min_match", "max_match"))
 MAX_COPY = 8  # the most tokens one call copies after its match: --draft's limit with --source ngram
 MAX_MATCH = 64
 MAX_ENTRIES = 1 << 27  # the compiled replay's index: 2 GiB

@@ -24,12 +24,13 @@ import numpy as np
 from ..draft.suffix_source import MAX_LEN, MIN_SHARE
 from ..errors import InputError
 from ..kernels import kernel
-from ..rules import SUFFIX, check_replay
+from ..rules import SOURCE_DEFAULTS, SUFFIX, check_replay
 from ..suffix.search import continuation, continuation_kernel, longest_match, longest_match_kernel
 from .longest_match import verify_call
 from .trace import ReplayTrace
 
-DEFAULT_DRAFT, DEFAULT_MIN_MATCH = 8, 4  # --draft and --ngram-min-match of --source suffix
+_DEFAULTS = SOURCE_DEFAULTS["suffix"]  # this source's --draft and --ngram-min-match
+DEFAULT_DRAFT, DEFAULT_MIN_MATCH = _DEFAULTS["n_draft"], _DEFAULTS["min_match"]
 MAX_DRAFT = 64  # a run longer than this is cut (--draft's limit)
 
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 import itertools
 
 from . import longest_match as ngram_source
-from . import run as replay
 from .loop import replay_fast
+from .run import policy_over
 from ..draft.confidence import load as load_tables
 from ..draft.rule import Thresholds
-from ..draft.policy import make_policy
 from ..verify_cost import DEFAULT_COST
 from ..errors import InputError
-from ..rules import POLICY_DRAFT, DEFAULT_CTX
+from ..rules import POLICY_DRAFT, SOURCE_DEFAULTS, DEFAULT_CTX
 from ..counts.flat import LAX, STRICT
 from ..verify_cost import REPORTED_COSTS, VerifyCost, break_even, speedup
 from .trace import ReplayTrace
@@ -29,10 +28,8 @@ from .trace import ReplayTrace
 SOURCES = ("lookup", "ngram", "policy")  # policy: lookupkit's policy over the lookup caches
 AXES = {"lookup": ("n_draft", "thresholds"), "ngram": ("n_draft", "min_match", "max_match"),
         "policy": ("n_draft", "policy_cost")}
-DEFAULTS = {"lookup": {"n_draft": replay.DEFAULT_DRAFT, "thresholds": None},
-            "ngram": {"n_draft": ngram_source.DEFAULT_DRAFT, "min_match": ngram_source.DEFAULT_MIN_MATCH,
-                      "max_match": ngram_source.DEFAULT_MAX_MATCH},
-            "policy": {"n_draft": POLICY_DRAFT, "policy_cost": DEFAULT_COST}}
+DEFAULTS = {"lookup": {**SOURCE_DEFAULTS["lookup"], "thresholds": None}, "ngram": {**SOURCE_DEFAULTS["ngram"]},
+            "policy": {**SOURCE_DEFAULTS["policy"], "policy_cost": DEFAULT_COST}}  # each axis' value when not swept
 THRESHOLD_VARIANTS = [("llama.cpp", None), ("ctx-strict", Thresholds(context=STRICT)),
                       ("dyn-lax", Thresholds(dynamic=LAX))]
 """The default thresholds axis: llama.cpp's, the context cache held to the dynamic's strict thresholds,
@@ -91,8 +88,7 @@ def sweep(tokens, static=None, dynamic=None, grid: list[dict] | None = None, *, 
         if source == "policy":
             tables = tables if tables is not None else load_tables()
             cost = VerifyCost.of(p["policy_cost"])
-            pol = make_policy(tables, cost.at, p["n_draft"], getattr(static, "high", None),
-                              getattr(static, "suffix", None))
+            pol = policy_over(static, tables, cost, p["n_draft"])
             trace, _ = replay_fast(tokens, n_ctx, p["n_draft"], static, dynamic, policy=pol)
             row = {"n_draft": p["n_draft"], "policy_cost": cost.describe(),
                    "speedup_at_policy_cost": speedup(trace.n_drafted, trace.n_accepted, cost)}

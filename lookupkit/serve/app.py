@@ -140,11 +140,10 @@ def make_app(served) -> Starlette:
     async def completion(request: Request):
         body = await _body(request, LlamaCompletionRequest)
         ids = await _prompt_ids(served, body.prompt)
-        sampling = Sampling(body.temperature, body.top_k, body.top_p, body.min_p, None if body.seed < 0 else body.seed)
         if body.n_predict == 0:  # llama-server: evaluate the prompt only; this server keeps no prompt cache
             return JSONResponse(llama_final(served.model_id, "", [], _nothing(ids), False))
         limit = served.n_ctx_slot if body.n_predict < 0 else min(body.n_predict, served.n_ctx_slot)
-        job = Submitted(served, ids, limit, sampling, body.stop, body.ignore_eos)
+        job = Submitted(served, ids, limit, body.sampling(), body.stop, body.ignore_eos)
         if body.stream:
             return EventStream(job, _llama_chunks(served, job, len(ids)))
         tokens, text, done = await job.collect(request.receive)
@@ -181,8 +180,7 @@ async def _body(request: Request, model):
 
 
 async def _openai(served, request: Request, body, ids, limit: int, stops: list, chat: bool):
-    sampling = Sampling(body.temperature, body.top_k, body.top_p, body.min_p, body.seed)
-    job = Submitted(served, ids, limit, sampling, stops, body.ignore_eos)
+    job = Submitted(served, ids, limit, body.sampling(), stops, body.ignore_eos)
     out = OpenAIBody(served.model_id, chat)
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage

@@ -17,6 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .sampling import Sampling
+
 SEED_MAX = 2**64 - 1
 INT_MAX = 2**31 - 1
 MAX_STOPS = 4  # OpenAI's limit on stop strings
@@ -74,6 +76,15 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+class _Sampled:
+    """A body with sampler fields (temperature, top_k, top_p, min_p, seed): the engine's Sampling, made in
+    one place for every endpoint (no seed, or llama-server's -1, draws from the OS)."""
+
+    def sampling(self) -> Sampling:
+        seed = None if self.seed is None or self.seed < 0 else self.seed
+        return Sampling(self.temperature, self.top_k, self.top_p, self.min_p, seed)
+
+
 class StreamOptions(_Body):
     include_usage: bool = False
 
@@ -90,7 +101,7 @@ def _neutral(value, neutral, what: str):
     return value
 
 
-class _OpenAI(_Body):
+class _OpenAI(_Body, _Sampled):
     """Fields both OpenAI endpoints share."""
 
     model: str | None = None
@@ -176,7 +187,7 @@ class ChatRequest(_OpenAI):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
-class LlamaCompletionRequest(_Body):
+class LlamaCompletionRequest(_Body, _Sampled):
     """llama-server's /completion, the fields a bench client needs (b11434's names and defaults)."""
 
     prompt: Prompt

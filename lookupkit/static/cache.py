@@ -26,7 +26,7 @@ from ..counts.follower_stats import follower_stats
 from ..counts.tables import StaticTable
 from ..errors import FormatError, InputError, LookupkitWarning, VocabMismatchError
 from ..files import unmap
-from ..formats import constmap, lkc, lkc_suffix
+from ..formats import constmap, lkc_read, lkc_suffix
 from ..formats.llama import read_static
 from .high_orders import high_of, no_high
 
@@ -226,7 +226,7 @@ class StaticCache:
         """(n, 2) int32 keys in canonical order when the file stores them, else None."""
         self._live()
         if self._keys is None and self._key_views is not None:
-            self._keys = lkc.keys_from_sections(self._key_views["key_t0_offsets"], self._key_views["key_t1"], self.name)
+            self._keys = lkc_read.keys_from_sections(self._key_views["key_t0_offsets"], self._key_views["key_t1"], self.name)
         return self._keys
 
     def layout(self) -> tuple[np.ndarray, np.ndarray]:
@@ -298,7 +298,7 @@ class StaticCache:
         self._live()
         checks = []
         if self.format == "lkc":
-            checks += [f"sha256 of section {s}" for s in lkc.verify_sections(self._mm, self.meta, self.name)]
+            checks += [f"sha256 of section {s}" for s in lkc_read.verify_sections(self._mm, self.meta, self.name)]
         buf, offset = self._cmap_loc
         if not checksum_ok(buf, offset, self.cmap.nbytes):
             raise FormatError(f"{self.name}: the constmap's FNV-1a checksum does not match (the file is corrupted)")

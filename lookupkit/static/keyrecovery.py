@@ -24,7 +24,7 @@ from numba import njit
 from ..formats.constmap import NOT_FOUND, ConstMapView
 from ..formats.constmap_probe import lookup
 from ..errors import FormatError
-from ..counts.tables import SPAN_BITS
+from ..formats.spans import SPAN_BITS
 
 SEARCH_BUDGET = 3 * 10**8  # lookups beyond the forward pass: ~30-60 s at the measured 100-200 ns each
 SEED_TOKENS = 256

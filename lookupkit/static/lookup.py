@@ -12,7 +12,7 @@ from numba import njit
 
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup
-from ..counts.tables import SPAN_BITS
+from ..formats.spans import SPAN_BITS
 
 _MASK = np.uint64((1 << SPAN_BITS) - 1)
 

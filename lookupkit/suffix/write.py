@@ -3,7 +3,7 @@ a raw file of the build's work directory as they come; then the text (mapped bac
 within --memory-budget: in memory when its 15 bytes per position fit (libdivsufsort on the packed text,
 lookupkit.suffix.build), else out of core in parts of budget / 15 positions merged over the mapped text
 (lookupkit.suffix.merge). The sections follow the text in that file, and the streamed writer copies them
-into the .lkc (formats.streamed); the bytes are those of formats.lkc.write_file given build.build_index of
+into the .lkc (formats.streamed); the bytes are those of formats.lkc_write.write_file given build.build_index of
 the same documents, whatever the budget.
 """
 

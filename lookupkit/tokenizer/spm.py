@@ -53,6 +53,8 @@ SPACE = "\u2581"
 _SENTINEL = b"\xff"  # never in UTF-8 text: appended so tiktoken cannot shortcut a whole token
 _NEVER = "\x00lookupkit: no special token\x00"  # tiktoken's special token that is never allowed
 _PUNCT = frozenset(chr(c) for c in range(0x21, 0x7F) if not chr(c).isalpha())  # ASCII punctuation, digits
+NO_BYTE_TOKEN = ("the text has a character that is not in the vocabulary and a byte without a byte token "
+                 "(llama.cpp fails on it too)")  # spm's and spm_ties' refusal
 
 
 class TiedScores(FormatError):
@@ -152,8 +154,7 @@ class SpmBackend:
 
     def _expand(self, ranks: np.ndarray, ids: np.ndarray) -> np.ndarray:
         if (ids == -3).any():
-            raise FormatError("the text has a character that is not in the vocabulary and a byte without "
-                              "a byte token (llama.cpp fails on it too)")
+            raise FormatError(NO_BYTE_TOKEN)
         parts, start = [], 0
         for k in np.flatnonzero(ids == -2):
             parts += [ids[start:k], self._spill[int(ranks[k])]]

@@ -20,7 +20,8 @@ from numba import njit
 
 from ..errors import FormatError
 from ..kernels import GOLDEN
-from .spm import SPACE, _byte_tokens, _utf8
+from .spm import NO_BYTE_TOKEN, SPACE, _byte_tokens, _utf8
+
 
 class SpmTiesBackend:
     """Ids of a partitioned segment, exactly as llama.cpp's SPM session produces them."""
@@ -96,8 +97,7 @@ class SpmTiesBackend:
                 ids = (self._byte_ids[list(chr(cp).encode())] if cp is not None
                        else self._char_bytes[v - self._extra_start])
                 if (ids < 0).any():
-                    raise FormatError("the text has a character that is not in the vocabulary and a byte without "
-                                      "a byte token (llama.cpp fails on it too)")
+                    raise FormatError(NO_BYTE_TOKEN)
                 parts.append(ids.astype(np.int32))
             start = k + 1
         parts.append(out[start:])
