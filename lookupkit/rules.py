@@ -85,9 +85,9 @@ HISTORY_MIN_MATCH = 8
 # window (a family's observations) over which its evidence fades. With both 8 a factor stays within about
 # 0.5..1.5: a local correction of the table, never a veto. Tuned by replaying Gemma 3 270M's greedy outputs of the
 # serving bench's --seed 99 prompts (12 each of prose, copy, code; never the reported seed 22) with the shipped
-# table and the k<=16 curve: predicted tokens per verify step over the 12 task x source rows, geometric mean,
-# 1.835 without it, 1.939 at (8, 8), 1.909 at (4, 16), 1.886 at (4, 64), 1.873 at (4, 256); every pair in
-# 1..32 x 4..256 tried was above 1.87 (/tmp work; the held-out check is in bench/RESULTS.md).
+# table and the k<=16 curve, trust fresh per sequence: predicted tokens per verify step over the 12 task x source
+# rows, geometric mean, 1.835 without it, 1.946 at (8, 8), 1.926 at (4, 32), 1.905 at (8, 64), 1.915 at (2, 64);
+# every pair tried in 1..32 x 4..256 was above 1.87. The held-out check: bench/RESULTS.md (the sources study).
 TRUST_PRIOR = 8.0
 TRUST_WINDOW = 8.0
 

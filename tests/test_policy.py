@@ -19,7 +19,7 @@ from lookupkit.draft import confidence
 from lookupkit.draft.policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_MATCH, SRC_STATIC, TOTAL_BINS,
                                     make_policy, source_code)
 from lookupkit.draft.policy_reference import draft_policy_reference, learn_trust
-from lookupkit.draft.trust import N_FAMILIES
+from lookupkit.draft.trust import N_ROWS
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import lkc_read
@@ -132,7 +132,7 @@ def test_compiled_policy_drafts_as_its_reference(seed, cost, n_draft):
     dyn.update(learnt.tolist())
     drafter = Drafter(static=cache, dynamic=dyn.to_table(), policy="lookupkit")
     drafter._pol = make_policy(tables, cost_of, 1024, cache.high)
-    drafted, evidence, record, prior = 0, np.zeros((N_FAMILIES, 2)), [], TRUST_PRIOR
+    drafted, evidence, record, prior = 0, np.zeros((N_ROWS, 2)), [], TRUST_PRIOR
     params = (prior, 1 - 1 / TRUST_WINDOW)
     for i in range(1, len(seq), 7):
         ctx = NgramCache()

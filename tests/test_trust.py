@@ -8,7 +8,7 @@ import numpy as np
 
 from lookupkit.draft.policy import (AGREE_MAX, FAMILY, N_SOURCES, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_STATIC,
                                     TOTAL_BINS, make_policy)
-from lookupkit.draft.trust import FAMILIES, N_FAMILIES, learn_outcome, new_trust, note
+from lookupkit.draft.trust import FAMILIES, N_ROWS, learn_outcome, new_trust, note
 from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, STATIC
 from test_policy import phrase_stream, with_orders
@@ -88,7 +88,7 @@ def test_the_update_by_hand():
     truth = np.array([0, 10, 20, 30], np.int32)
     chain = np.array([10, 21, 30], np.int32)
     learn_outcome(t, truth, 1, 4, chain, 0)
-    want = np.zeros((N_FAMILIES, 2))
+    want = np.zeros((N_ROWS, 2))
     want[ctx] = (0.5, 1.0)
     want[st] = (0.75 * 0.8 + 0.6, 0.75 * 0.0 + 1.0)
     np.testing.assert_allclose(t.evidence, want)

@@ -29,7 +29,7 @@ from ..token_ids import token_ids
 from ..formats import read_ngrams
 from ..static.cache import StaticCache
 from ..counts.tables import NgramTable
-from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, check_n_draft
+from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, TRUST_PRIOR, TRUST_WINDOW, check_n_draft
 from ..counts.match_index import clear_index, ensure_room, index_positions
 from ..verify_cost import VerifyCost
 from .confidence import load as load_table
@@ -48,14 +48,16 @@ class Drafter:
     policy: "llama.cpp" (the default, exact) or "lookupkit"; for the latter, verify_cost (a number C per
     drafted token, or a `lookupkit calibrate` curve file) and policy_table (a confidence table file,
     default: the bundled one; a static cache's suffix index is drafted from when the table has learnt it),
-    and history (a draft.history.History to draft from and to learn each sequence into at reset, or None).
+    history (a draft.history.History to draft from and to learn each sequence into at reset, or None), and
+    trust (the policy's online correction of its table on the text at hand, draft.trust: True, False for the
+    table alone, or (prior, window); it is kept across sequences, like the dynamic cache).
     Thread safety: the static cache and a History may be shared by any number of
     Drafters in any threads; one Drafter follows one sequence, from one thread at a time.
     """
 
     def __init__(self, static=None, dynamic=None, *, expect_vocab: str | None = None,
                  thresholds: Thresholds | None = None, policy: str = "llama.cpp", verify_cost=DEFAULT_COST,
-                 policy_table=None, history: History | None = None):
+                 policy_table=None, history: History | None = None, trust=True):
         if isinstance(static, (str, os.PathLike)):
             static = StaticCache.open(static, expect_vocab=expect_vocab)
         elif static is not None and hasattr(static, "check_vocab"):
@@ -80,8 +82,10 @@ class Drafter:
         self.history = history
         if self.policy == "lookupkit":
             cost = VerifyCost.of(verify_cost)
+            trust = (TRUST_PRIOR, TRUST_WINDOW) if trust is True else (0.0, 0.0) if trust is False else tuple(trust)
             self._pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None),
-                                    getattr(static, "suffix", None), history.view() if history is not None else None)
+                                    getattr(static, "suffix", None), history.view() if history is not None else None,
+                                    trust)
             self._buf = (np.zeros(MAX_DRAFT, np.int32), np.zeros(MAX_DRAFT, np.int8))
         self._dyn = FlatCache.from_table(dynamic, thresholds=self.thresholds.dynamic)
         self._ctx = FlatCache(1024, 1024, self.thresholds.context)

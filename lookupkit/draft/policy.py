@@ -309,7 +309,9 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
         pol.trust.n[0] = k + 1
         if best_tok < 0:
             break
-        p_next = p_all * pol.agree[p_bin, agree]
+        q = pol.agree[p_bin, agree]
+        tr.note(pol.trust, k, tr.CHAIN, best_tok, q)
+        p_next = p_all * min(1.0, q * tr.factor(pol.trust, tr.CHAIN))
         drafted[d0 + k] = best_tok
         sources[d0 + k] = source_code(best_src)
         p_all, expected = p_next, expected + p_next

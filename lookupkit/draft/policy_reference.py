@@ -20,7 +20,7 @@ from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
 from .policy import (AGREE_MAX, FAMILY, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC,
                      SRC_SUFFIX, TOTAL_BINS, history_rows)
-from .trust import N_FAMILIES
+from .trust import CHAIN, N_ROWS
 from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE, min_match_of
 
 
@@ -100,7 +100,7 @@ def suffix_candidate(run: tuple, chain: list[int]) -> dict[int, tuple[int, int, 
 def choose(cands: dict, table: np.ndarray, factors=None) -> tuple[int, int, int]:
     """(token, probability bin, agreement bin) of the most probable candidate, each table probability times its
     family's trust factor (draft.trust; none: 1), capped at 1 (smallest id on ties)."""
-    f = np.ones(N_FAMILIES) if factors is None else factors
+    f = np.ones(N_ROWS) if factors is None else factors
     prob = {src: min(1.0, table[src, sb, tb] * f[FAMILY[src]]) for src, (tok, sb, tb) in cands.items()}
     p, neg_tok, neg_src = max((prob[src], -tok, -src) for src, (tok, sb, tb) in cands.items())
     src = -neg_src
@@ -121,7 +121,7 @@ def proposals(cands: dict, table: np.ndarray) -> dict[int, tuple[int, float]]:
 
 def learn_trust(evidence: np.ndarray, params, record: list, truth: list[int]) -> None:
     """draft.trust.learn_outcome written plainly: `record` the last call's [(chain token, proposals)] per
-    computed position, `truth` the tokens that followed; evidence (N_FAMILIES, 2) updated in place."""
+    computed position, `truth` the tokens that followed; evidence (N_ROWS, 2) updated in place."""
     decay = params[1]
     for (chained, props), t in zip(record, truth):
         for g, (tok, p) in sorted(props.items()):
@@ -138,7 +138,8 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
     a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
     least the edge of the first length bin its rows have learnt. `history`: a History's log (or None), drafted
     from with the table's history row (policy.history_rows). `factors`: the trust factor per family (draft.trust);
-    `record`, if a list, gets (chain token or None, proposals) per position whose candidates were looked up."""
+    `record`, if a list, gets (chain token or None, proposals and the chain's (token, probability) at CHAIN) per
+    position whose candidates were looked up."""
     table, agree = tables
     table = history_rows(table)
     log = [int(t) for t in history] if history is not None else None
@@ -161,9 +162,10 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
         if not cands:
             break
         tok, p_bin, n_agree = choose(cands, table, factors)
+        q = agree[p_bin, n_agree]
         if record is not None:
-            record[-1] = (tok, record[-1][1])
-        p_all *= agree[p_bin, n_agree]
+            record[-1] = (tok, {**record[-1][1], **({CHAIN: (tok, float(q))} if q > 0 else {})})
+        p_all *= min(1.0, q * (1.0 if factors is None else factors[CHAIN]))
         expected += p_all
         chain.append(tok)
         if expected > best * cost[k + 1]:

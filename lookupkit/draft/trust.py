@@ -9,7 +9,10 @@ often the table said they would, and scales every candidate's table probability 
     f = (A + s) / (S + s),   A = right candidates, S = the table's probabilities summed over the same ones,
 
 each observation discounted by (1 - 1/window) per newer one of its family, and s a prior that keeps f at 1
-until evidence comes. A candidate is observed when the truth at its position becomes known: every family's
+until evidence comes. The families' factors choose the candidate; one more row, the chain, scores the chosen
+token against the probability the policy gave it after the agreement table (draft.confidence), and its factor
+scales that probability, which decides how far the chain is drafted: agreeing sources can together over-rate a
+token that no family over-rates alone. A candidate is observed when the truth at its position becomes known: every family's
 candidate at each chain position up to the first wrong draft (and the token after a fully accepted draft, if
 the chain went that far), whether or not it was drafted. A declined family is therefore still watched, and is
 drafted from again once it is right again. Nothing here changes which tokens are emitted: drafts are verified.
@@ -25,19 +28,21 @@ from ..kernels import kernel
 
 FAMILIES = ("context", "dynamic", "static", "match", "suffix", "history")
 N_FAMILIES = len(FAMILIES)
+CHAIN = N_FAMILIES  # one more row: the drafted chain's own token, against the probability the policy gave it
+N_ROWS = N_FAMILIES + 1
 
 Trust = namedtuple("Trust", "params evidence tok p n")
 Trust.__doc__ = """The online correction's state (one per drafted sequence stream): params float64 [prior s,
-decay = 1 - 1/window] (s <= 0: off, every factor 1); evidence (N_FAMILIES, 2) float64 [S, A]; tok, p
-(n_draft + 1, N_FAMILIES): each family's candidate (token, -1 = none) and table probability at each position of
-the last call's chain; n (1,) int64: the positions the last call computed."""
+decay = 1 - 1/window] (s <= 0: off, every factor 1); evidence (N_ROWS, 2) float64 [S, A]; tok, p
+(n_draft + 1, N_ROWS): each family's candidate (token, -1 = none) and table probability, and the chain's token and
+probability, at each position of the last call's chain; n (1,) int64: the positions the last call computed."""
 
 
 def new_trust(n_draft: int, prior: float, window: float) -> Trust:
     """Fresh state (no evidence) for chains of at most n_draft tokens; prior <= 0 switches the correction off."""
     decay = 1.0 - 1.0 / window if window > 0 else 0.0
-    return Trust(np.array([prior, decay], np.float64), np.zeros((N_FAMILIES, 2), np.float64),
-                 np.full((n_draft + 1, N_FAMILIES), -1, np.int64), np.zeros((n_draft + 1, N_FAMILIES), np.float64),
+    return Trust(np.array([prior, decay], np.float64), np.zeros((N_ROWS, 2), np.float64),
+                 np.full((n_draft + 1, N_ROWS), -1, np.int64), np.zeros((n_draft + 1, N_ROWS), np.float64),
                  np.zeros(1, np.int64))
 
 
@@ -48,10 +53,10 @@ def fresh(trust: Trust) -> Trust:
 
 
 def factors(trust: Trust) -> np.ndarray:
-    """f per family (what the policy multiplies table probabilities by now)."""
+    """f per family and for the chain (what the policy multiplies probabilities by now)."""
     s = trust.params[0]
     if s <= 0:
-        return np.ones(N_FAMILIES)
+        return np.ones(N_ROWS)
     return (trust.evidence[:, 1] + s) / (trust.evidence[:, 0] + s)
 
 

@@ -1,0 +1,3 @@
+from lookupkit.bench.sources.run import main
+
+main()
