@@ -3,5 +3,6 @@ lookupkit.bench.STUDY`) and its report, over one harness (`harness`: provenance,
 the quiet-machine gate, spread statistics, the report's guards, the entry point) and a few shared tools
 that several studies run (models, llama_server, llamacpp, measure, startup_probe, generations,
 suffix_code_task). The studies: study (`lookupkit bench` runs it), startup, calibration, engines,
-code_engines, suffix, scale, tokenize_corpora, serve (the server beside llama-server), and three of one
+code_engines, suffix, scale, tokenize_corpora, serve (the server beside llama-server), sources (which draft
+source pays on the model's own output), and three of one
 file each: generate_verdict, policy_study, serve_overhead."""
