@@ -73,7 +73,7 @@ def insert_positions(h, start, stop):
         if run < MATCH_LENGTHS[MATCH_LENGTHS.shape[0] - 1]:
             continue
         end = i - 1
-        _suffix_hashes(log, i, log, 0, i, h.hashes)
+        _suffix_hashes(log, i, log, 0, i, MATCH_LENGTHS, h.hashes)
         for r in range(MATCH_LENGTHS.shape[0]):
             m = MATCH_LENGTHS[r]
             if run < m:
@@ -111,7 +111,7 @@ def history_match(h, seq, n_seq, drafted, d0, length, min_m):
         return np.int64(-1), np.int64(0)
     log, slots = h.log, h.slots
     mask = np.uint64(slots.shape[0] - 1)
-    _suffix_hashes(seq, n_seq, drafted, d0, length, h.hashes)
+    _suffix_hashes(seq, n_seq, drafted, d0, length, MATCH_LENGTHS, h.hashes)
     for r in range(MATCH_LENGTHS.shape[0]):
         m = MATCH_LENGTHS[r]
         if m < min_m:

@@ -8,8 +8,8 @@ equal lengths the most recent (largest j). The draft is what followed it, tokens
 clipped at the end of `tokens`. If the best match is shorter than min_match, nothing is drafted.
 
 `ngram_draft` is the readable definition; `replay_ngram` runs the lookup-stats loop with this source,
-compiled, finding the same match in O(max_match) per call from a table of the last end position of
-every m-gram (min_match <= m <= max_match) seen in the chunk, probed from the longest m down (tested
+compiled, finding the same match in O(max_match) per call from the sequence's longest-match index
+(counts.match_index, the one the policy drafts from) of every length max_match down to min_match (tested
 draft for draft against `ngram_draft`).
 Each chunk of the replay is its own sequence, as in lookup-stats: matches never cross chunks.
 """
@@ -21,8 +21,9 @@ from typing import Sequence
 
 import numpy as np
 
+from ..counts.match_index import clear_index, index_position, match_end, new_index
 from ..errors import InputError
-from ..kernels import GOLDEN, kernel, mix, same_run
+from ..kernels import kernel
 from ..rules import LONGEST_MATCH, SOURCE_DEFAULTS, check_replay
 from .trace import ReplayTrace
 
@@ -31,9 +32,6 @@ DEFAULT_DRAFT, DEFAULT_MIN_MATCH, DEFAULT_MAX_MATCH = (_DEFAULTS[k] for k in ("n
 MAX_COPY = 8  # the most tokens one call copies after its match: --draft's limit with --source ngram
 MAX_MATCH = 64
 MAX_ENTRIES = 1 << 27  # the compiled replay's index: 2 GiB
-_TAG_SHIFT = 40  # table value: tag << 40 | m << 32 | end position
-_LOW32 = np.int64(0xFFFFFFFF)
-_TAG_MASK = np.uint64(0x7FFFFF)  # 23 bits: the value stays non-negative (-1 = empty)
 
 
 def check_params(n_draft: int, min_match: int, max_match: int) -> None:
@@ -67,62 +65,17 @@ def ngram_draft(tokens: Sequence[int], n_draft: int = DEFAULT_DRAFT, min_match: 
 
 
 @kernel
-def _slot(table, seq, h, m, end):
-    """Slot of the m-gram ending at `end` (hash h) in the table, or of the empty slot where it belongs."""
-    mask = np.uint64(len(table) - 1)
-    tag = np.int64(h & _TAG_MASK)
-    i = (h >> np.uint64(32)) & mask
-    while True:
-        v = table[i]
-        if v < 0:
-            return i
-        if v >> _TAG_SHIFT == tag and (v >> 32) & 0xFF == m and same_run(seq, v & _LOW32, end, m):
-            return i
-        i = (i + np.uint64(1)) & mask
-
-
-@kernel
-def _gram_hashes(seq, end, max_match, out):
-    """out[m] = hash of the m-gram ending at `end`, for m = 1..min(max_match, end + 1); returns that bound."""
-    h = np.uint64(0)
-    top = min(max_match, end + 1)
-    for m in range(1, top + 1):
-        h = mix((h ^ np.uint64(np.uint32(seq[end - m + 1]))) * GOLDEN + np.uint64(m))
-        out[m] = h
-    return top
-
-
-@kernel
-def _index_end(table, seq, end, min_match, max_match, hashes):
-    """Record `end` as the latest end position of its m-grams, m = min_match..max_match."""
-    for m in range(min_match, _gram_hashes(seq, end, max_match, hashes) + 1):
-        h = hashes[m]
-        table[_slot(table, seq, h, m, end)] = (np.int64(h & _TAG_MASK) << _TAG_SHIFT) | (m << 32) | end
-
-
-@kernel
-def _best_match(table, seq, last, min_match, max_match, hashes):
-    """End position of the longest, then most recent, earlier match of seq[..last]; -1 if under min_match."""
-    top = min(_gram_hashes(seq, last, max_match, hashes), last)  # a match ends at j <= last-1
-    for m in range(top, min_match - 1, -1):
-        v = table[_slot(table, seq, hashes[m], m, last)]
-        if v >= 0:
-            return v & _LOW32
-    return np.int64(-1)
-
-
-@kernel
-def _run_chunk(truth, chunk, n_draft, min_match, max_match, table, hashes, calls, n_calls, drafted, n_toks):
+def _run_chunk(truth, chunk, n_draft, index, calls, n_calls, drafted, n_toks):
     """The lookup-stats loop over one chunk with the ngram source; returns (calls, drafted) recorded."""
     n_ctx = truth.shape[0]
-    table[:] = -1
+    clear_index(index)
     out = 1
-    indexed = 0  # end positions < indexed are in the table
+    indexed = 1  # the m-grams ending before position indexed - 1 are in the index (their followers are known)
     while out < n_ctx:
-        while indexed < out - 1:  # the match must end before the last token
-            _index_end(table, truth, indexed, min_match, max_match, hashes)
+        while indexed < out:  # the match must end before the last token
+            index_position(index, truth, indexed)
             indexed += 1
-        j = _best_match(table, truth, out - 1, min_match, max_match, hashes)
+        j = match_end(index, truth, out, truth, 0, out)[0]
         k = 0
         if j >= 0:
             k = min(n_draft, out - 1 - j)
@@ -162,16 +115,15 @@ def replay_ngram(tokens, n_ctx: int, n_draft: int = DEFAULT_DRAFT, min_match: in
     if entries > MAX_ENTRIES:
         raise InputError(f"--ctx-size {n_ctx} with match lengths {min_match}..{max_match} needs an index of "
                          f"{entries} entries for --source ngram; at most {MAX_ENTRIES} are allowed")
-    table = np.full(1 << max(4, (2 * entries - 1).bit_length()), -1, np.int64)
-    hashes = np.empty(max_match + 1, np.uint64)
+    index = new_index(n_ctx, np.arange(max_match, min_match - 1, -1))
     calls = np.full((n_chunks * (n_ctx - 1), 4), 0, np.int32)  # np.full: no first-touch faults while timed
     drafted = np.full(len(calls) * n_draft, 0, np.int32)
-    _run_chunk(tokens[:1], 0, n_draft, min_match, max_match, table, hashes, calls, 0, drafted, 0)  # compile or load
+    _run_chunk(tokens[:1], 0, n_draft, index, calls, 0, drafted, 0)  # compile or load
     n_calls = n_toks = 0
     t0 = time.perf_counter()
     for chunk in range(n_chunks):
-        n_calls, n_toks = _run_chunk(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, min_match, max_match,
-                                     table, hashes, calls, n_calls, drafted, n_toks)
+        n_calls, n_toks = _run_chunk(tokens[chunk * n_ctx:(chunk + 1) * n_ctx], chunk, n_draft, index, calls, n_calls,
+                                     drafted, n_toks)
     t_draft = time.perf_counter() - t0
     return ReplayTrace.of_calls(n_ctx, n_draft, len(tokens), calls, n_calls, drafted, n_toks, LONGEST_MATCH, t_draft,
                                 {"source": "ngram", "ngram_min_match": min_match, "ngram_max_match": max_match})

@@ -1,6 +1,7 @@
 """Search the suffix index: the longest suffix of a context that occurs in the corpus, and the run of
 tokens its occurrences agree on, with each step's evidence (compiled; the readable definition is in
-reference.py, and tests hold the two equal).
+reference.py, and tests hold the two equal). The longest match anywhere in a corpus, through its suffix
+array; the longest earlier match within the sequence is counts.match_index's hashed index.
 
 longest_match: the occurrence of a pattern is monotone in its length (a suffix of an occurring suffix
 occurs), so the longest occurring suffix of the last max_len tokens is found by probing the whole window
