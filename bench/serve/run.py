@@ -33,7 +33,8 @@ from lookupkit.bench.serve.tasks import (STARTUP_CACHES, TASK_CACHE, TASKS, cach
                                          sessions)
 
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"  # lookupkit calibrate, this model
-POLICY_DRAFT = 16  # the policy rows' default --draft: the curve's largest k, as in the engines bench
+POLICY_DRAFT = 16  # the policy rows' --draft here: CURVE's largest k (not lookup-stats' rules.POLICY_DRAFT: a
+# replay's default, where no curve says what longer batches cost)
 SLOTS = 4  # slots of the concurrency servers (-np), -c SLOTS x CTX_PER_SLOT
 CTX_PER_SLOT = 1024
 WARMUP_IDS = list(range(1000, 1320))  # the warm-up prompt: 320 arbitrary ids (a task-sized prompt batch,
