@@ -1,6 +1,6 @@
 """`lookupkit tune-policy`: learn the policy's confidence tables on your own held-out text or model.
 
-A thin layer over `lookupkit.draft.tuning`: flags in, a tables JSON (for `--policy-table`, or
+A thin layer over `lookupkit.replay.tuning`: flags in, a tables JSON (for `--policy-table`, or
 `Drafter(policy_table=...)`) and one summary line out.
 """
 
@@ -46,7 +46,8 @@ def tune_policy(
 ) -> None:
     """Learn lookupkit's policy tables (P(a source's candidate is accepted)) on held-out text or generations."""
     from lookupkit.corpora import read_token_file
-    from lookupkit.draft import confidence, tuning
+    from lookupkit.draft import confidence
+    from lookupkit.replay import tuning
     from lookupkit.static import StaticCache
 
     ids = read_token_file(tokens) if tokens is not None else None

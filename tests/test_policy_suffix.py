@@ -15,7 +15,8 @@ from lookupkit import Drafter, StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.high_orders import count_order
-from lookupkit.draft import confidence, tuning
+from lookupkit.draft import confidence
+from lookupkit.replay import tuning
 from lookupkit.draft.policy import (N_SOURCES, SHARE_BINS, SRC_MATCH, SRC_SUFFIX, TOTAL_BINS, make_policy,
                                     source_code, suffix_on)
 from lookupkit.draft.policy_reference import draft_policy_reference, suffix_run

@@ -11,7 +11,7 @@ import pytest
 
 from lookupkit.bench.suffix import report as report_suffix
 from lookupkit.bench.suffix import run as suffix_study
-from lookupkit.draft import tuning
+from lookupkit.replay import tuning
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

@@ -56,7 +56,7 @@ def run(argv) -> None:
     from lookupkit.bench.serve.tasks import TASK_CACHE
     from lookupkit.draft.confidence import for_model
     from lookupkit.verify_cost import VerifyCost
-    from lookupkit.draft.tuning import generations
+    from lookupkit.replay.tuning import generations
 
     doc, seqs, _ = generations(a.generations)
     cost = VerifyCost.of(a.curve)

@@ -178,7 +178,7 @@ def _replay_tables(result: dict) -> list[str]:
 
 
 def _gate(gate: dict | None) -> str:
-    """What tune-policy's suffix gate chose on the held-out ids (draft.tuning.gate_suffix)."""
+    """What tune-policy's suffix gate chose on the held-out ids (replay.tuning.gate_suffix)."""
     if not gate:
         return "The table with the index was learnt without a suffix gate."
     bounds = ", ".join(f"{r['min_match']}: {r['worst_bound']:.5f}" for r in gate["tried"])

@@ -8,11 +8,11 @@ by `prior` pseudo-observations (sparse bins say little) and then made non-decrea
 of the evidence agreeing never makes a candidate less likely) by isotonic regression, which keeps each
 bin's average calibrated where a running maximum would inflate noisy bins (measured: the policy then
 drafted as if verification were ~1.3x dearer than it was). Tables are JSON: the bundled default
-(lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (draft.tuning) on text held
+(lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (replay.tuning) on text held
 out from every evaluation; learn your own for another domain. The suffix source's rows (draft.suffix_source)
 are learnt when the static cache has a suffix index; tables written before it existed (lookupkit-policy-1)
 load with those rows zero, and the policy never drafts from a source its table has not learnt (nor after
-matches shorter than the first length bin its suffix rows have learnt: draft.tuning.gate_suffix).
+matches shorter than the first length bin its suffix rows have learnt: replay.tuning.gate_suffix).
 """
 
 from __future__ import annotations

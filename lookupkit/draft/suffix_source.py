@@ -11,7 +11,7 @@ bins), the count of occurrences it followed (the table's total bins) and whether
 A match grows by at most one token per token appended to the sequence, so the lookup after the previous
 one is bounded by that (the search's first probe then mostly succeeds, suffix.search); `reset` forgets
 the previous lookup when a sequence starts over. A table may leave the source's shortest length bins
-unlearnt (zero: `draft.tuning` does so where short matches do not pay on held-out text): the source then
+unlearnt (zero: `replay.tuning` does so where short matches do not pay on held-out text): the source then
 proposes only after matches of at least min_match tokens, and a call whose bound is below min_match skips
 the search, keeping the bound itself as the upper bound the next call grows from.
 """

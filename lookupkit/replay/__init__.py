@@ -6,7 +6,8 @@ loop_reference or the compiled one of loop; loop.replay_generation: one generate
 longest_match (the `--source ngram` drafter and its replay), suffix_run (`--source suffix`: the run after the
 longest corpus match), requests (a served request log replayed with what the server learnt carried across requests:
 `lookupkit replay-requests`), trace (`ReplayTrace`: every draft call and the tables derived from it), sweep (grids
-of replays, expected speed-up).
+of replays, expected speed-up), tuning (the policy's tables learnt on held-out text and its suffix gate chosen by
+replaying it: `lookupkit tune-policy`; above draft, which the compiled loop drafts with).
 """
 
 from .._lazy import lazy_faces

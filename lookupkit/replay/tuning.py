@@ -35,10 +35,10 @@ from ..errors import InputError
 from ..rules import DEFAULT_CTX
 from ..files import open_input
 from ..verify_cost import speedup
-from ..replay.loop import replay_fast, replay_generation
-from . import confidence
-from .policy import SRC_SUFFIX, make_policy, suffix_on
-from .suffix_source import min_match_of
+from ..draft import confidence
+from ..draft.policy import SRC_SUFFIX, make_policy, suffix_on
+from ..draft.suffix_source import min_match_of
+from .loop import replay_fast, replay_generation
 
 TASKS = ("wiki", "copy")  # the tasks of bench/generations.py's prompts
 GATE_COSTS = (0.0, 0.1, 0.25, 0.5)  # the constant verify costs at which the suffix gate must not lose
