@@ -17,9 +17,10 @@ import typer
 
 from lookupkit.errors import InputError
 from lookupkit.files import open_input
-from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft, DEFAULT_CTX
+from lookupkit.rules import MAX_DRAFT, check_n_draft
 from lookupkit.cli.common import guarded, print_json, progress
-from lookupkit.cli.model_options import LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, PolicyName
+from lookupkit.cli.model_options import (DRAFT, GENERATE_CTX, LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS,
+                                         VERIFY_COST, PolicyName)
 from lookupkit.integrations.compare import MAX_RUNS, RUNS
 
 
@@ -42,14 +43,14 @@ def generate_cmd(
     policy: PolicyName = POLICY,
     policy_table: Optional[Path] = POLICY_TABLE,
     verify_cost: Optional[str] = VERIFY_COST,
-    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_DRAFT})."),
+    n_draft: int = DRAFT,
     n_predict: int = typer.Option(256, "-n", "--n-predict", help="Most tokens to generate in each run (every run "
                                   "generates as many as the first plain run did: it stops at EOS, unless --ignore-eos)."),
     runs: int = typer.Option(RUNS, "--runs", help="Pairs of runs (plain and drafted, interleaved): the verdict is "
                              "their median speed-up, with the spread."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Time -n tokens in every run, past EOS."),
-    threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
-    n_ctx: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="Context size (prompt + generated tokens)."),
+    threads: int = THREADS,
+    n_ctx: int = GENERATE_CTX,
     prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="The prompt text."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="A file holding the prompt text (UTF-8)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),

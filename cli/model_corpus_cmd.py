@@ -9,9 +9,9 @@ from typing import Optional
 import typer
 
 from lookupkit.errors import InputError
-from lookupkit.rules import DEFAULT_CTX, ENGINE_DRAFT
+from lookupkit.rules import ENGINE_DRAFT
 from lookupkit.cli.common import guarded, print_json, progress
-from lookupkit.cli.model_options import MODEL, VERIFY_COST
+from lookupkit.cli.model_options import GENERATE_CTX, MODEL, THREADS, VERIFY_COST
 
 EXAMPLES = """Examples:
 
@@ -38,8 +38,8 @@ def model_corpus_cmd(
     n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help="Drafting speeds the loop up (lookupkit's policy, "
                                 "from the context); 0 generates plainly."),
     verify_cost: Optional[str] = VERIFY_COST,
-    threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
-    n_ctx: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="Context size (prompt + generated tokens)."),
+    threads: int = THREADS,
+    n_ctx: int = GENERATE_CTX,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar."),
 ) -> None:

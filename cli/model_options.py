@@ -1,4 +1,5 @@
-"""The options `generate`, `serve` and `replay-requests` share (a model to load, its caches, how to draft),
+"""The options `generate`, `serve`, `replay-requests` and `model-corpus` share (a model to load, its caches, how to
+draft, its threads and context),
 and the one `--policy` enum lookup-stats uses too: written once, so the commands cannot drift apart."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from enum import Enum
 import typer
 
 from lookupkit.draft.learning import LEARN_MODES
+from lookupkit.rules import DEFAULT_CTX, ENGINE_DRAFT, MAX_DRAFT
 
 
 class PolicyName(str, Enum):
@@ -32,3 +34,6 @@ POLICY_TABLE = typer.Option(None, "--policy-table", metavar="FILE", help="--poli
 VERIFY_COST = typer.Option(None, "--verify-cost", metavar="C|CURVE.json", help="Cost of each drafted position "
                            "relative to one decoding step, or the curve `lookupkit calibrate -o` measured on this "
                            "model: the policy drafts by it.")
+DRAFT = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_DRAFT}).")
+THREADS = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike.")
+GENERATE_CTX = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="Context size (prompt + generated tokens).")

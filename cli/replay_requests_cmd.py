@@ -10,8 +10,9 @@ from typing import Optional
 import typer
 
 from lookupkit.cli.common import guarded, print_json
-from lookupkit.cli.model_options import LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
-from lookupkit.rules import ENGINE_DRAFT, MAX_DRAFT, check_n_draft, DEFAULT_CTX
+from lookupkit.cli.model_options import (DRAFT, LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode,
+                                         PolicyName)
+from lookupkit.rules import check_n_draft, DEFAULT_CTX
 
 
 EXAMPLES = """Examples:
@@ -33,7 +34,7 @@ def replay_requests_cmd(
     policy: PolicyName = POLICY,
     policy_table: Optional[Path] = POLICY_TABLE,
     verify_cost: Optional[str] = VERIFY_COST,
-    n_draft: int = typer.Option(ENGINE_DRAFT, "--draft", help=f"Most tokens drafted per call (1..{MAX_DRAFT})."),
+    n_draft: int = DRAFT,
     n_ctx: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="The slot's context (the server's -c / --parallel)."),
     learn: Optional[LearnMode] = typer.Option(None, "--learn", help="What each request teaches the next, as "
                                               "`lookupkit serve --learn` (default: history with --policy lookupkit, "

@@ -23,7 +23,8 @@ import typer
 from lookupkit.errors import InputError
 from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT, DEFAULT_CTX
 from lookupkit.cli.common import guarded
-from lookupkit.cli.model_options import LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode, PolicyName
+from lookupkit.cli.model_options import (LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS, VERIFY_COST, LearnMode,
+                                         PolicyName)
 from lookupkit.serve.state import SAVE_EVERY
 
 
@@ -54,7 +55,7 @@ def serve_cmd(
                                 "0: no drafting, the plain baseline)."),
     n_ctx: int = typer.Option(DEFAULT_CTX, "-c", "--ctx-size", help="Context size of all slots together (each gets "
                               "-c / --parallel, as llama-server's -np)."),
-    threads: int = typer.Option(2, "-t", "--threads", help="Threads, for single tokens and batches alike."),
+    threads: int = THREADS,
     parallel: int = typer.Option(1, "-np", "--parallel", help="Slots: requests generated at once, their drafts "
                                  "verified in one batch."),
     queue: int = typer.Option(32, "--queue", help="Requests that may wait for a slot; one more is refused with "

@@ -5,6 +5,7 @@ trust is checked against the reference draft for draft in test_policy.py."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lookupkit.draft.policy import (AGREE_MAX, FAMILY, N_SOURCES, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_STATIC,
                                     TOTAL_BINS, make_policy)
@@ -95,6 +96,16 @@ def test_the_update_by_hand():
     assert t.n[0] == 0  # scored once
     learn_outcome(t, truth, 1, 4, chain, 0)
     np.testing.assert_allclose(t.evidence, want)
+
+
+def test_a_bad_trust_is_one_error():
+    from lookupkit import Drafter
+    from lookupkit.errors import InputError
+
+    for bad in ("yes", (1.0,), (-1.0, 8.0), (float("nan"), 8.0), None):
+        with pytest.raises(InputError, match="trust must be True, False or"):
+            Drafter(policy="lookupkit", trust=bad)
+    assert Drafter(policy="lookupkit", trust=(4, 16))._pol.trust.params.tolist() == [4.0, 1 - 1 / 16]
 
 
 def test_every_source_has_a_family():

@@ -29,7 +29,7 @@ from ..token_ids import token_ids
 from ..formats import read_ngrams
 from ..static.cache import StaticCache
 from ..counts.tables import NgramTable
-from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, TRUST_PRIOR, TRUST_WINDOW, check_n_draft
+from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, check_n_draft
 from ..counts.match_index import clear_index, ensure_room, index_positions
 from ..verify_cost import VerifyCost
 from .confidence import load as load_table
@@ -37,6 +37,7 @@ from ..verify_cost import DEFAULT_COST
 from .policy import check_policy, learn, make_policy, policy_draft
 from .suffix_source import reset as reset_suffix
 from .history import History
+from .trust import params_of
 
 
 class Drafter:
@@ -71,6 +72,7 @@ class Drafter:
         self._st = static_arrays(static, self.thresholds.static)
         self._memo = new_memo(1 << 12)
         self.policy = check_policy(policy)
+        trust = params_of(trust)
         self._pol = None
         if history is not None:
             if not isinstance(history, History):
@@ -82,7 +84,6 @@ class Drafter:
         self.history = history
         if self.policy == "lookupkit":
             cost = VerifyCost.of(verify_cost)
-            trust = (TRUST_PRIOR, TRUST_WINDOW) if trust is True else (0.0, 0.0) if trust is False else tuple(trust)
             self._pol = make_policy(load_table(policy_table), cost.at, MAX_DRAFT, getattr(static, "high", None),
                                     getattr(static, "suffix", None), history.view() if history is not None else None,
                                     trust)

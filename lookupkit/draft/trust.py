@@ -24,7 +24,9 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..errors import InputError
 from ..kernels import kernel
+from ..rules import TRUST_PRIOR, TRUST_WINDOW
 
 FAMILIES = ("context", "dynamic", "static", "match", "suffix", "history")
 N_FAMILIES = len(FAMILIES)
@@ -52,12 +54,20 @@ def fresh(trust: Trust) -> Trust:
                  np.zeros(1, np.int64))
 
 
-def factors(trust: Trust) -> np.ndarray:
-    """f per family and for the chain (what the policy multiplies probabilities by now)."""
-    s = trust.params[0]
-    if s <= 0:
-        return np.ones(N_ROWS)
-    return (trust.evidence[:, 1] + s) / (trust.evidence[:, 0] + s)
+def params_of(trust) -> tuple[float, float]:
+    """(prior, window) from a Drafter's `trust=`: True (rules.TRUST_PRIOR, TRUST_WINDOW), False (off) or a pair of
+    numbers >= 0; anything else is one InputError."""
+    if trust is True:
+        return TRUST_PRIOR, TRUST_WINDOW
+    if trust is False:
+        return 0.0, 0.0
+    try:
+        prior, window = (float(x) for x in trust)
+    except (TypeError, ValueError):
+        prior = window = -1.0
+    if not (prior >= 0 and window >= 0):  # also refuses NaN
+        raise InputError(f"trust must be True, False or (prior, window) with both >= 0, got {trust!r}")
+    return prior, window
 
 
 @kernel
