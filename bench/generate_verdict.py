@@ -68,7 +68,7 @@ def analyse(row: dict) -> dict:
 
 def run(args) -> dict:
     from lookupkit import Drafter, models
-    from lookupkit.draft.confidence import for_model
+    from lookupkit.policy.confidence import for_model
     from lookupkit.integrations.compare import compare
     from lookupkit.integrations.llama_generate import open_model
     from lookupkit.static import StaticCache

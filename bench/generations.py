@@ -1,6 +1,6 @@
 """A model's own greedy generations of held-out prompts: what the policy's tables are tuned on.
 
-The policy decides from confidence tables (draft.confidence); tables learnt on human text under-rate how
+The policy decides from confidence tables (policy.confidence); tables learnt on human text under-rate how
 often a small base model repeats itself under greedy decoding, so for a real model they are learnt on
 that model's own output. Prompts come from the WikiText-103 *test* split (../shared/corpora/wiki.test.raw),
 which neither the static caches (built from wiki541.txt.zst, which excludes its articles) nor the engines

@@ -26,8 +26,8 @@ from pathlib import Path
 from lookupkit import StaticCache, Tokenizer
 from lookupkit.bench.harness import RESULTS, SHARED, git_state
 from lookupkit.corpora import read_token_file
-from lookupkit.draft.confidence import load as load_tables
-from lookupkit.draft.policy import make_policy
+from lookupkit.policy.confidence import load as load_tables
+from lookupkit.policy.chain import make_policy
 from lookupkit.replay.loop import replay_fast
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 

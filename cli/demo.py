@@ -68,8 +68,8 @@ def demo(
     from lookupkit.compile_notice import COMPILE_S
     from lookupkit.corpora import StdlibCorpus
     from lookupkit.draft import Drafter
-    from lookupkit.draft.confidence import load as load_tables
-    from lookupkit.draft.policy import make_policy
+    from lookupkit.policy.confidence import load as load_tables
+    from lookupkit.policy.chain import make_policy
     from lookupkit.replay import replay
     from lookupkit.replay.sweep import expected_speedup
     from lookupkit.tokenizer import Tokenizer

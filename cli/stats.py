@@ -19,7 +19,7 @@ import typer
 
 from lookupkit.build.tokenized import tokenize_text_file
 from lookupkit.corpora import read_token_file
-from lookupkit.draft.confidence import load as load_tables
+from lookupkit.policy.confidence import load as load_tables
 from lookupkit.verify_cost import DEFAULT_COST
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer

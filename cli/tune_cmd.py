@@ -46,7 +46,7 @@ def tune_policy(
 ) -> None:
     """Learn lookupkit's policy tables (P(a source's candidate is accepted)) on held-out text or generations."""
     from lookupkit.corpora import read_token_file
-    from lookupkit.draft import confidence
+    from lookupkit.policy import confidence
     from lookupkit.replay import tuning
     from lookupkit.static import StaticCache
 

@@ -7,7 +7,7 @@ what decides which n-grams were kept and how keys and values are made, so a read
 does not understand. A file with only 2-grams is written as version 1, byte for byte as before.
 
 The value layout is named here once: the builder (counts.high_orders) packs with it, the compiled policy
-(draft.policy) unpacks with it.
+(policy.chain) unpacks with it.
 """
 
 from __future__ import annotations

@@ -75,13 +75,13 @@ SOURCE_LEGEND = ("sources: c1..c4 = this sequence's (context) n-gram of 1..4 tok
 # per token: the index is sized for the budget at a load of at most 1/2, 7 match lengths per position).
 HISTORY_BUDGET = 1 << 20
 HISTORY_BUDGET_MAX = 1 << 27
-# The shortest earlier match the history drafts after. Measured (draft.confidence.learn_sources' counts with
+# The shortest earlier match the history drafts after. Measured (policy.confidence.learn_sources' counts with
 # a History, over 60 WikiText-103 valid articles as independent requests, GPT-2 ids, 114,583 positions):
 # followers of matches of 5 and 6 tokens in earlier articles were right 49 % and 44 % of the time against
 # 57 % and 55 % for the same lengths earlier in the same article, while from 8 tokens on they were as good
 # (61 / 72 / 69 % at 8 / 12 / 16 against 64 / 77 / 80 %); with 20 % of requests retried verbatim, better.
 HISTORY_MIN_MATCH = 8
-# The policy's online trust in each family of sources (draft.trust): the prior s (in accepted candidates) and the
+# The policy's online trust in each family of sources (policy.trust): the prior s (in accepted candidates) and the
 # window (a family's observations) over which its evidence fades. With both 8 a factor stays within about
 # 0.5..1.5: a local correction of the table, never a veto. Tuned by replaying Gemma 3 270M's greedy outputs of the
 # serving bench's --seed 99 prompts (12 each of prose, copy, code; never the reported seed 22) with the shipped

@@ -17,8 +17,8 @@ import pytest
 
 from lookupkit.bench.code_engines import run as ce
 from lookupkit.bench.code_engines import report as rep
-from lookupkit.draft import confidence
-from lookupkit.draft.policy import SRC_SUFFIX
+from lookupkit.policy import confidence
+from lookupkit.policy.chain import SRC_SUFFIX
 from lookupkit.errors import InputError
 from lookupkit.verify_cost import VerifyCost, save_curve
 import needs

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lookupkit.counts import flat as fc
 from lookupkit.draft.rule import Thresholds, draft_tokens
-from lookupkit.draft.static_source import new_memo, static_arrays
+from lookupkit.static.source import new_memo, static_arrays
 from lookupkit.draft.rule_reference import draft_reference
 from lookupkit.errors import InputError
 from lookupkit.counts.dict_cache import NgramCache

@@ -13,7 +13,7 @@ so that 1..4-grams recur, with:
   corpus as another variant, so the static weight of 100 decides between a frequent unsupported follower and
   a rare supported one;
 * stuttering phrases (x y x y ...) and short chunks (-c 3..12): n-gram windows at the start of a sequence;
-* a memo of a few 2-grams, so the drafter's static memo fills up and grows (draft.static_source.grow_memo).
+* a memo of a few 2-grams, so the drafter's static memo fills up and grows (static.source.grow_memo).
 Then the three rules are pinned on the fast engine with hand-made caches: the static weight is exactly 100,
 static-only ties go to the smallest id, and a window starting before position 0 is a miss.
 Nothing here needs ../shared.
@@ -32,7 +32,7 @@ from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.tables import NgramTable, StaticTable
 from lookupkit.draft.rule import draft_tokens
-from lookupkit.draft.static_source import grow_memo, new_memo, static_arrays
+from lookupkit.static.source import grow_memo, new_memo, static_arrays
 from lookupkit.draft import rule_reference
 from lookupkit.draft.rule_reference import draft_reference
 from lookupkit.replay.loop import replay_fast

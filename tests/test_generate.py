@@ -17,8 +17,8 @@ gguf = needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny 
 llama_cpp = needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
 
 from lookupkit import Drafter, StaticCache, Tokenizer  # noqa: E402
-from lookupkit.draft.confidence import load as load_tables  # noqa: E402
-from lookupkit.draft.policy import make_policy  # noqa: E402
+from lookupkit.policy.confidence import load as load_tables  # noqa: E402
+from lookupkit.policy.chain import make_policy  # noqa: E402
 from lookupkit.errors import InputError, VocabMismatchError  # noqa: E402
 from lookupkit.integrations.llama_cpp import generate  # noqa: E402
 from lookupkit.replay import replay_generation  # noqa: E402

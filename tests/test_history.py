@@ -17,12 +17,12 @@ from lookupkit import Drafter, History
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.history_index import history_match
 from lookupkit.counts.match_index import MATCH_LENGTHS
-from lookupkit.draft.policy import N_SOURCES, P_BINS, AGREE_MAX, SHARE_BINS, TOTAL_BINS, make_policy
-from lookupkit.draft.policy_reference import draft_policy_reference
+from lookupkit.policy.chain import N_SOURCES, P_BINS, AGREE_MAX, SHARE_BINS, TOTAL_BINS, make_policy
+from lookupkit.policy.reference import draft_policy_reference
 from lookupkit.errors import FormatError, InputError, VocabMismatchError
 from lookupkit.formats import history_state
 
-NO_TRUST = (0.0, 0.0)  # these tests pin the sources; the trust (draft.trust) is pinned in test_policy
+NO_TRUST = (0.0, 0.0)  # these tests pin the sources; the trust (policy.trust) is pinned in test_policy
 
 
 LONGEST = int(MATCH_LENGTHS[0])

@@ -92,8 +92,8 @@ def test_greedy_output_is_plain_and_counters_are_the_replays(tiny_gguf, plain, s
 
 @pytest.mark.parametrize("cost", [0.0, 0.25])
 def test_the_lookupkit_policy_in_the_engine_is_plain_greedy_and_its_replay(tiny_gguf, plain, static_path, cost):
-    from lookupkit.draft.confidence import load as load_tables
-    from lookupkit.draft.policy import make_policy
+    from lookupkit.policy.confidence import load as load_tables
+    from lookupkit.policy.chain import make_policy
 
     prompts, outs = plain
     draft = LookupDraftModel(static=static_path, n_draft=8, policy="lookupkit", verify_cost=cost)

@@ -168,8 +168,8 @@ def test_missing_torch_or_transformers_names_the_extra(monkeypatch, missing):
 def test_the_policy_drafts_by_the_table_it_is_given():
     import numpy as np
 
-    from lookupkit.draft import confidence
-    from lookupkit.draft.policy import history_rows
+    from lookupkit.policy import confidence
+    from lookupkit.policy.chain import history_rows
 
     path = confidence.for_model("gemma-3-270m")
     lookup = LookupGenerate(policy="lookupkit", policy_table=path)

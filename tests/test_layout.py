@@ -88,7 +88,7 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("start", ["lookupkit", "lookupkit.draft", "lookupkit.static", "lookupkit.formats",
+@pytest.mark.parametrize("start", ["lookupkit", "lookupkit.draft", "lookupkit.policy", "lookupkit.static", "lookupkit.formats",
                                    "lookupkit.tokenizer", "lookupkit.replay"])
 def test_the_load_and_draft_path_never_reaches_cli_bench_or_corpora(start):
     graph, seen, todo = import_graph(), set(), [start]
@@ -119,3 +119,18 @@ def test_python_dash_m_lookupkit_runs_the_umbrella_command():
     r = subprocess.run([sys.executable, "-m", "lookupkit", "--help"], capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
     assert "inspect" in r.stdout and "demo" in r.stdout
+
+
+# Rooms a room never imports (issue 24): the cache is below the policy, the policy below the Drafter, and
+# the replay, which replays both and tunes the policy's tables, above all three.
+BELOW = {"lookupkit.static": ("policy", "draft", "replay"), "lookupkit.policy": ("draft", "replay"),
+         "lookupkit.draft": ("replay",)}
+
+
+@pytest.mark.parametrize("room", sorted(BELOW))
+def test_a_room_never_imports_the_rooms_above_it(room):
+    graph = import_graph()
+    above = {f"lookupkit.{r}" for r in BELOW[room]}
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() if m == room or m.startswith(room + ".")
+                 for d in deps if ".".join(d.split(".")[:2]) in above)
+    assert not bad, bad

@@ -15,11 +15,11 @@ from lookupkit import Drafter, StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.high_orders import count_order, ngram_hash, parse_orders
-from lookupkit.draft import confidence
-from lookupkit.draft.policy import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_MATCH, SRC_STATIC, TOTAL_BINS,
+from lookupkit.policy import confidence
+from lookupkit.policy.chain import (AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, SRC_MATCH, SRC_STATIC, TOTAL_BINS,
                                     make_policy, source_code)
-from lookupkit.draft.policy_reference import draft_policy_reference, learn_trust
-from lookupkit.draft.trust import N_ROWS
+from lookupkit.policy.reference import draft_policy_reference, learn_trust
+from lookupkit.policy.trust import N_ROWS
 from lookupkit.errors import FormatError, InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import lkc_read

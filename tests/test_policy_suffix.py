@@ -15,12 +15,12 @@ from lookupkit import Drafter, StaticCache
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
 from lookupkit.counts.high_orders import count_order
-from lookupkit.draft import confidence
+from lookupkit.policy import confidence
 from lookupkit.replay import tuning
-from lookupkit.draft.policy import (N_SOURCES, SHARE_BINS, SRC_MATCH, SRC_SUFFIX, TOTAL_BINS, make_policy,
+from lookupkit.policy.chain import (N_SOURCES, SHARE_BINS, SRC_MATCH, SRC_SUFFIX, TOTAL_BINS, make_policy,
                                     source_code, suffix_on)
-from lookupkit.draft.policy_reference import draft_policy_reference, suffix_run
-from lookupkit.draft.suffix_source import LENGTH_EDGES, MATCH_LEN, MAX_LEN, min_match_of, suffix_arrays
+from lookupkit.policy.reference import draft_policy_reference, suffix_run
+from lookupkit.policy.suffix_source import LENGTH_EDGES, MATCH_LEN, MAX_LEN, min_match_of, suffix_arrays
 from lookupkit.errors import FormatError
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
 from lookupkit.replay.loop import replay_fast
@@ -29,7 +29,7 @@ from lookupkit.suffix import build_index, corpus_text
 
 from test_policy import FBITS, phrase_stream, random_tables, with_orders
 
-NO_TRUST = (0.0, 0.0)  # these tests pin the sources; the trust (draft.trust) is pinned in test_policy
+NO_TRUST = (0.0, 0.0)  # these tests pin the sources; the trust (policy.trust) is pinned in test_policy
 
 
 def code_task(seed: int, n: int = 700, pieces: int = 6):

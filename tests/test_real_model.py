@@ -180,7 +180,7 @@ def test_generate_command_on_gemma_by_name(gemma_static, passage):
     assert {g["tokens"] for g in doc["plain"]["runs"] + doc["drafted"]["runs"]} == {doc["timed_tokens"]}
     assert doc["drafted"]["accepted"] > 10 and doc["speedup"]["median"] > 0
     assert doc["verdict"].startswith(("drafting ", "uncertain whether drafting pays"))
-    from lookupkit.draft.confidence import for_model
+    from lookupkit.policy.confidence import for_model
 
     r = CliRunner().invoke(app, ["generate", "-m", "gemma-3-270m", "-p", text, "-n", "16", "-t", "2", "-c", "1024",
                                  "--policy", "lookupkit", "--draft", "32", "--runs", "1", "-q"])

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cli_checks import assert_one_line_error
 
-from lookupkit.draft.suffix_source import MAX_LEN, MIN_SHARE
+from lookupkit.policy.suffix_source import MAX_LEN, MIN_SHARE
 from lookupkit.errors import InputError
 from lookupkit.replay.suffix_run import check_params, replay_suffix, suffix_draft
 from lookupkit.rules import SUFFIX

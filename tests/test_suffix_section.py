@@ -162,8 +162,8 @@ SEARCH_DAMAGED = """
 import json, sys
 import numpy as np
 from lookupkit import Drafter, StaticCache
-from lookupkit.draft import confidence
-from lookupkit.draft.policy import SRC_SUFFIX
+from lookupkit.policy import confidence
+from lookupkit.policy.chain import SRC_SUFFIX
 from lookupkit.errors import InputError
 from lookupkit.suffix import continuation, longest_match
 

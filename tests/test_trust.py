@@ -1,4 +1,4 @@
-"""The policy's online trust (draft.trust): a source the table over-rates on this text is declined, a declined
+"""The policy's online trust (policy.trust): a source the table over-rates on this text is declined, a declined
 source that becomes right again is drafted from again, and the update is the hand-worked rule. The compiled
 trust is checked against the reference draft for draft in test_policy.py."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lookupkit.draft.policy import (AGREE_MAX, FAMILY, N_SOURCES, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_STATIC,
+from lookupkit.policy.chain import (AGREE_MAX, FAMILY, N_SOURCES, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_STATIC,
                                     TOTAL_BINS, make_policy)
-from lookupkit.draft.trust import FAMILIES, N_ROWS, learn_outcome, new_trust, note
+from lookupkit.policy.trust import FAMILIES, N_ROWS, learn_outcome, new_trust, note
 from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import SOURCE_NAMES, STATIC
 from test_policy import phrase_stream, with_orders

@@ -108,7 +108,7 @@ def test_tune_policy_learns_the_tables_confidence_learns_and_refuses_bad_input(t
     from lookupkit import StaticCache
     from lookupkit.cli.create import app as create_app
     from lookupkit.cli.main import app
-    from lookupkit.draft import confidence
+    from lookupkit.policy import confidence
     from test_policy import phrase_stream
 
     corpus, held = tmp_path / "corpus.i32", tmp_path / "held.i32"

@@ -7,7 +7,7 @@ prompt (an end-of-generation token does not stop them; 2 threads): llama-server 
 `ngram-mod`, `ngram-simple` and `ngram-cache -lcs` of the 2-gram code cache (`lookupkit convert`);
 llama-cpp-python plain; lookupkit with llama.cpp's rule on the 2-gram cache; lookupkit's policy on the
 orders-2-6 cache with its suffix index, at each --policy-drafts n_draft, once with a table learnt without
-the index (its suffix rows are zero: the policy gets no index, draft.policy.make_policy, and makes no suffix
+the index (its suffix rows are zero: the policy gets no index, policy.chain.make_policy, and makes no suffix
 lookup) and once with a table learnt with it (the suffix source on). Same cache, same curve, same prompts:
 the two rows differ in the suffix source alone.
 
@@ -83,8 +83,8 @@ def code_rows(statics: dict, tables: dict, cost, policy_drafts, rule_n: int) -> 
     that do not make that difference: a no-suffix table that has learnt the source, a suffix table that has
     not, a cache without the index."""
     from lookupkit import Drafter
-    from lookupkit.draft.confidence import load as load_table
-    from lookupkit.draft.policy import suffix_on
+    from lookupkit.policy.confidence import load as load_table
+    from lookupkit.policy.chain import suffix_on
 
     static = statics[LABEL_SX]
     if static.suffix is None:

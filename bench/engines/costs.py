@@ -61,8 +61,8 @@ def replay_prediction(row: dict, prompt: list[int], rec: dict, cost, statics: di
     pol = None
     static = statics.get(row["cache"])
     if row["policy"] == "lookupkit":
-        from lookupkit.draft.confidence import load as load_table
-        from lookupkit.draft.policy import make_policy
+        from lookupkit.policy.confidence import load as load_table
+        from lookupkit.policy.chain import make_policy
         from lookupkit.rules import MAX_DRAFT
 
         pol = make_policy(load_table(row.get("policy_table", policy_table)), cost.at, MAX_DRAFT,

@@ -214,7 +214,7 @@ def parse_args(argv=None):
     ap.add_argument("--policy-n", type=int, default=16, help="the policy's n_draft at every cache size")
     ap.add_argument("--policy-drafts", default="8,32,64", help="more n_draft for the policy with the largest cache")
     ap.add_argument("--policy-table", type=Path, help="policy confidence table (default: the one learnt on this "
-                    "model's own generations if lookupkit ships one, draft.confidence.for_model, else the bundled one)")
+                    "model's own generations if lookupkit ships one, policy.confidence.for_model, else the bundled one)")
     ap.add_argument("--load-reps", type=int, default=2, help="llama-server starts per .lcs for the load cost")
     ap.add_argument("--deadline", help="HH:MM (local time): start no prompt round after it; the results say so")
     ap.add_argument("--quick", action="store_true", help="2 prompts x 32 tokens, 1 rep; llama-server only if built")
@@ -237,7 +237,7 @@ def parse_args(argv=None):
 
     args.model = models.resolve(args.model)
     if args.policy_table is None:
-        from lookupkit.draft.confidence import for_model
+        from lookupkit.policy.confidence import for_model
 
         args.policy_table = for_model(args.model)
     return args

@@ -25,7 +25,7 @@ from lookupkit.files import atomic_writer
 
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"
 N_DRAFT = 16  # the serving bench's policy rows
-TRUST = {"on": True, "off": False}  # the policy's online trust (draft.trust) with its defaults, or none
+TRUST = {"on": True, "off": False}  # the policy's online trust (policy.trust) with its defaults, or none
 
 
 def replay_task(seqs: list[dict], cost, table_path, static, learn: str, trust: bool) -> dict:
@@ -54,7 +54,7 @@ def run(argv) -> None:
     a = ap.parse_args(argv)
     from lookupkit import StaticCache
     from lookupkit.bench.serve.tasks import TASK_CACHE
-    from lookupkit.draft.confidence import for_model
+    from lookupkit.policy.confidence import for_model
     from lookupkit.verify_cost import VerifyCost
     from lookupkit.replay.tuning import generations
 

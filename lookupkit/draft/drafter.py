@@ -3,7 +3,7 @@
 It keeps the three caches of llama.cpp's `llama-lookup`: a context cache of the current sequence
 (kept in sync incrementally), a dynamic cache (an -lcd file and/or what earlier sequences taught it)
 and an optional static cache, and drafts with llama.cpp's compiled rule (draft.rule) or, with
-policy="lookupkit", with lookupkit's policy (draft.policy: it drafts only what pays at `verify_cost`).
+policy="lookupkit", with lookupkit's policy (policy.chain: it drafts only what pays at `verify_cost`).
 
     drafter = Drafter(static="wiki.lkc")
     draft = drafter.draft(tokens, n_draft=8)   # tokens: the whole sequence so far
@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .rule import Thresholds, draft_tokens
-from .static_source import grow_memo, new_memo, static_arrays
+from ..static.source import grow_memo, new_memo, static_arrays
 from ..errors import InputError
 from ..counts.flat import FlatCache
 from ..token_ids import token_ids
@@ -32,12 +32,12 @@ from ..counts.tables import NgramTable
 from ..rules import DEFAULT_DRAFT, MAX_DRAFT, SOURCE_NAMES, check_n_draft
 from ..counts.match_index import clear_index, ensure_room, index_positions
 from ..verify_cost import VerifyCost
-from .confidence import load as load_table
+from ..policy.confidence import load as load_table
 from ..verify_cost import DEFAULT_COST
-from .policy import check_policy, learn, make_policy, policy_draft
-from .suffix_source import reset as reset_suffix
+from ..policy.chain import check_policy, learn, make_policy, policy_draft
+from ..policy.suffix_source import reset as reset_suffix
 from .history import History
-from .trust import params_of
+from ..policy.trust import params_of
 
 
 class Drafter:
@@ -50,7 +50,7 @@ class Drafter:
     drafted token, or a `lookupkit calibrate` curve file) and policy_table (a confidence table file,
     default: the bundled one; a static cache's suffix index is drafted from when the table has learnt it),
     history (a draft.history.History to draft from and to learn each sequence into at reset, or None), and
-    trust (the policy's online correction of its table on the text at hand, draft.trust: True, False for the
+    trust (the policy's online correction of its table on the text at hand, policy.trust: True, False for the
     table alone, or (prior, window); it is kept across sequences, like the dynamic cache).
     Thread safety: the static cache and a History may be shared by any number of
     Drafters in any threads; one Drafter follows one sequence, from one thread at a time.
@@ -165,7 +165,7 @@ class Drafter:
         return self._dyn.to_table()
 
     def _learn_outcome(self) -> None:
-        """Let the policy's trust (draft.trust) score its last call against the tokens that followed it."""
+        """Let the policy's trust (policy.trust) score its last call against the tokens that followed it."""
         if self._drafted_at >= 0 and self._n > self._drafted_at:
             learn(self._pol, self._seq, self._drafted_at, self._n, self._buf[0], 0)
             self._drafted_at = -1

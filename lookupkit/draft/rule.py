@@ -3,7 +3,7 @@
 Same rule as the readable `draft.rule_reference` (../shared/docs/llama-lookup.md section 4 with
 lookupkit's rules: smallest id wins ties, windows starting before position 0 miss, 64-bit arithmetic),
 over flat caches (`counts.flat`) and the static cache's arrays (its pairs and its constmap, looked up in
-place: draft.static_source).
+place: static.source).
 
 The precheck skips work without changing any draft. Before scoring an n-gram's followers:
 * total < MIN_N, or 100 * (largest count) < MIN_P * total: the chosen token's count is at most the
@@ -14,7 +14,7 @@ The precheck skips work without changing any draft. Before scoring an n-gram's f
   because the first test did not reject it.
 Otherwise every follower is scored. `precheck=False` always scores (tests compare the two), and also
 skips the caches' filter of n-grams that pass the first test (`counts.flat.may_pass`).
-What the drafter learns about the static cache's 2-grams is memoised (draft.static_source).
+What the drafter learns about the static cache's 2-grams is memoised (static.source).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..counts.flat import BEST, CNT, HEAD, LAX, MAXC, NEXT, STRICT, TOK, TOTAL, 
 from ..kernels import kernel, ngram_before
 from ..rules import NGRAM_MAX, NGRAM_MIN, STATIC, STATIC_WEIGHT
 from ..static.lookup import count_in
-from .static_source import STATIC_THR, Memo, Static, head_part, static_top
+from ..static.source import STATIC_THR, Memo, Static, head_part, static_top
 
 Thresholds = namedtuple("Thresholds", "context dynamic static", defaults=(LAX, STRICT, STATIC_THR))
 Thresholds.__doc__ = """Drafting thresholds: context and dynamic (2, 4) rows MIN_N, MIN_P by n-1; static

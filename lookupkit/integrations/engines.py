@@ -106,7 +106,7 @@ def drafter_factory(model_path, *, static=None, dynamic=None, policy: str = "lla
     if policy_table is not None and policy != "lookupkit":
         raise InputError("--policy-table is only used with --policy lookupkit")
     if policy == "lookupkit" and policy_table is None:
-        from ..draft.confidence import for_model
+        from ..policy.confidence import for_model
 
         policy_table = for_model(model_path)
     cost = DEFAULT_COST if verify_cost is None else verify_cost

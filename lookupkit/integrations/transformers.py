@@ -58,7 +58,7 @@ class LookupGenerate(Counted):
     dynamic: an -lcd file or an NgramTable; n_draft: 1..MAX_DRAFT; vocab: a GGUF or tokenizer.json
     whose vocabulary the static cache must have (checked at construction; the model's vocab_size is
     always checked against the cache's); policy, verify_cost and policy_table (e.g.
-    draft.confidence.for_model("gemma-3-270m")) and history (a shared draft.history.History) as for the
+    policy.confidence.for_model("gemma-3-270m")) and history (a shared draft.history.History) as for the
     Drafter (verify_cost None: the Drafter's default).
     The Drafter is built and its kernels loaded in a background thread from construction on (the
     model's load hides them); the first generate waits for it and raises what failed there.

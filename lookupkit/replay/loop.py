@@ -1,7 +1,7 @@
 """The lookup-stats replay loop compiled with numba: drafts, acceptance and context updates per chunk.
 
 The same loop as `replay.loop_reference` (../shared/docs/llama-lookup.md section 7), over flat caches
-and the compiled drafting rules (draft.rule, draft.policy). One compiled call replays one chunk (or resumes it when a record buffer had to grow);
+and the compiled drafting rules (draft.rule, policy.chain). One compiled call replays one chunk (or resumes it when a record buffer had to grow);
 between chunks Python merges the context cache into the dynamic one, untimed as in llama.cpp.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 from ..counts import flat as fc
 from ..counts.match_index import clear_index, index_position, index_positions, new_index
 from ..draft.rule import Thresholds, draft
-from ..draft.static_source import grow_memo, new_memo, static_arrays
-from ..draft.policy import Policy, learn, llama_rule, own_state, policy_draft
-from ..draft.suffix_source import reset as reset_suffix
+from ..static.source import grow_memo, new_memo, static_arrays
+from ..policy.chain import Policy, learn, llama_rule, own_state, policy_draft
+from ..policy.suffix_source import reset as reset_suffix
 from ..errors import InputError
 from ..kernels import kernel
 from ..rules import DEFAULT_DRAFT, check_n_draft, check_replay
@@ -31,7 +31,7 @@ OUT, CALLS, TOKS = 0, 1, 2  # state: |out| in the current chunk, calls recorded,
 def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, pol, state, calls, drafted, sources):
     """Replay one chunk (`truth` = its n_ctx tokens) from `state` on; CHUNK_DONE or NEED_RECORDS.
 
-    Drafts with llama.cpp's rule, or with lookupkit's policy when pol.on (draft.policy)."""
+    Drafts with llama.cpp's rule, or with lookupkit's policy when pol.on (policy.chain)."""
     n_ctx = truth.shape[0]
     out, n_calls, n_toks = max(state[OUT], 1), state[CALLS], state[TOKS]  # out = [truth[0]] to start
     status = CHUNK_DONE
@@ -55,7 +55,7 @@ def _run_chunk(truth, chunk, n_draft, ctx, dyn, st, memo, pol, state, calls, dra
             if pol.on:
                 index_position(pol.index, truth, out)
             out += 1
-        learn(pol, truth, pos, out, drafted, n_toks)  # the policy's trust learns what followed (draft.trust)
+        learn(pol, truth, pos, out, drafted, n_toks)  # the policy's trust learns what followed (policy.trust)
         calls[n_calls, 0], calls[n_calls, 1], calls[n_calls, 2], calls[n_calls, 3] = chunk, pos, k, accepted
         n_calls += 1
         n_toks += k
@@ -103,7 +103,7 @@ def replay_fast(tokens, n_ctx: int, n_draft: int, static=None, dynamic_table: Ng
     llama.cpp's t_draft. The merges into the dynamic cache (and growing the memo) are timed apart
     (extra["t_merge_ms"]). Page faults on the mapped static cache happen inside the loop and are timed,
     as they are part of what drafting from an mmap'd cache costs. Compilation is never timed (a warm-up
-    call on an empty chunk comes first). `policy` (draft.policy.make_policy): draft with lookupkit's
+    call on an empty chunk comes first). `policy` (policy.chain.make_policy): draft with lookupkit's
     policy instead of llama.cpp's rule.
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..counts.dict_cache import NgramCache
 from ..counts.tables import NgramTable
-from ..draft.confidence import load as load_tables
-from ..draft.policy import make_policy, suffix_on
+from ..policy.confidence import load as load_tables
+from ..policy.chain import make_policy, suffix_on
 from ..errors import InputError, LookupkitWarning
 from ..rules import DEFAULT_DRAFT, SOURCE_DEFAULTS, check_replay, DEFAULT_CTX
 from ..verify_cost import DEFAULT_COST, VerifyCost
@@ -42,7 +42,7 @@ SOURCES = tuple(SOURCE_DEFAULTS)  # lookup, policy, ngram, suffix
 class Replay:
     """One lookup-stats replay of `source` (one of SOURCES). A parameter left None takes the source's default
     (rules.SOURCE_DEFAULTS); min_match and max_match belong to the longest-match sources (ngram: both; suffix:
-    min_match). `tables` are the policy's confidence tables (draft.confidence.load; None: the bundled ones),
+    min_match). `tables` are the policy's confidence tables (policy.confidence.load; None: the bundled ones),
     `cost` the verify cost it drafts for and a verdict is given at (None: verify_cost.DEFAULT_COST)."""
 
     source: str = "lookup"
@@ -137,7 +137,7 @@ class Replay:
 
 
 def policy_over(static, tables: tuple, cost: VerifyCost, n_draft: int):
-    """lookupkit's policy (draft.policy.make_policy) over a static cache's sources beyond its 2-grams: its
+    """lookupkit's policy (policy.chain.make_policy) over a static cache's sources beyond its 2-grams: its
     higher orders and its suffix index (either absent, as with no static cache)."""
     return make_policy(tables, cost.at, n_draft, getattr(static, "high", None), getattr(static, "suffix", None))
 
@@ -155,7 +155,7 @@ def replay(tokens, n_ctx: int = DEFAULT_CTX, n_draft: int = DEFAULT_DRAFT, stati
     """Run lookup-stats over `tokens`; returns the trace and the dynamic cache after the last chunk.
 
     `static` is a StaticCache (or, for the reference engine, anything with `.find(t0, t1)`),
-    `dynamic` the table of an -lcd file, `policy` a draft.policy.make_policy (fast engine) to draft with
+    `dynamic` the table of an -lcd file, `policy` a policy.chain.make_policy (fast engine) to draft with
     lookupkit's policy instead of llama.cpp's rule. Only full chunks of n_ctx tokens are replayed.
     """
     tokens = np.ascontiguousarray(tokens, dtype=np.int32)

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..draft.suffix_source import MAX_LEN, MIN_SHARE
+from ..policy.suffix_source import MAX_LEN, MIN_SHARE
 from ..errors import InputError
 from ..kernels import kernel
 from ..rules import SOURCE_DEFAULTS, SUFFIX, check_replay

@@ -16,7 +16,7 @@ import itertools
 from . import longest_match as ngram_source
 from .loop import replay_fast
 from .run import policy_over
-from ..draft.confidence import load as load_tables
+from ..policy.confidence import load as load_tables
 from ..draft.rule import Thresholds
 from ..verify_cost import DEFAULT_COST
 from ..errors import InputError

@@ -1,6 +1,6 @@
 """Tune the policy's confidence tables for a domain or a model: `lookupkit tune-policy`.
 
-draft.confidence learns tables from token ids; this module is the user's job around it: pick the held-out
+policy.confidence learns tables from token ids; this module is the user's job around it: pick the held-out
 text (a slice of token ids, or a model's own greedy generations, of which only generated positions are
 scored, as an engine drafts there), learn with a static cache built with `lookup-create --orders` (and
 its suffix index, if it has one: the suffix source's rows), and
@@ -35,9 +35,9 @@ from ..errors import InputError
 from ..rules import DEFAULT_CTX
 from ..files import open_input
 from ..verify_cost import speedup
-from ..draft import confidence
-from ..draft.policy import SRC_SUFFIX, make_policy, suffix_on
-from ..draft.suffix_source import min_match_of
+from ..policy import confidence
+from ..policy.chain import SRC_SUFFIX, make_policy, suffix_on
+from ..policy.suffix_source import min_match_of
 from .loop import replay_fast, replay_generation
 
 TASKS = ("wiki", "copy")  # the tasks of bench/generations.py's prompts
@@ -125,7 +125,7 @@ def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens"
 
 def gate_suffix(table, agree_for, cache, seqs, prompt_lens, n_ctx):
     """The suffix source drafts only after matches long enough to pay on the held-out text. For each gate
-    (the first GATE_BINS[i] length bins of the suffix rows zeroed: draft.suffix_source) and for no source
+    (the first GATE_BINS[i] length bins of the suffix rows zeroed: policy.suffix_source) and for no source
     (the rows zeroed), the agreement table is learnt with it (agree_for(table)) and each half of the held-out
     sequences is replayed at each of GATE_COSTS. A gate is kept only if, at every cost, its ratio to no
     source on the worse half exceeds 1 by more than the two halves differ; of those, the one whose worst such

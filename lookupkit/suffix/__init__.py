@@ -4,7 +4,7 @@ sort when it exceeds the memory budget), write (the sections lookup-create write
 and continuation, compiled), reference (their readable definition). On disk it is the .lkc version-3 sections
 (formats.lkc_suffix, which defines the format's constants; `lookup-create --suffix-index` builds them with
 write.build_part; `StaticCache.suffix` hands them out); the policy drafts from it through
-draft.suffix_source, calling the kernels search.longest_match_kernel and continuation_kernel.
+policy.suffix_source, calling the kernels search.longest_match_kernel and continuation_kernel.
 
     text = corpus_text(docs)                 # ids of every document, each followed by SEPARATOR
     index = build_index(text)                # suffix array (libdivsufsort), first-token table

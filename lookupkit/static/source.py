@@ -1,7 +1,7 @@
 """The static cache as both compiled drafting rules read it: its arrays, and a memo of its 2-grams.
 
 llama.cpp's rule (draft.rule) weights followers by the static counts of the draft head's 2-gram and
-drafts from the static cache alone when nothing else passes; lookupkit's policy (draft.policy) takes
+drafts from the static cache alone when nothing else passes; lookupkit's policy (policy.chain) takes
 the 2-gram's top follower, share and total as one candidate. Both look a 2-gram up the same way: the
 static cache never changes, so what a drafter learns about a 2-gram (where its followers are, its top
 follower and total) is kept in a `Memo` for the rest of the replay or of the Drafter's life, and a
@@ -17,7 +17,7 @@ import numpy as np
 from ..counts.flat import check_thresholds
 from ..kernels import GOLDEN, kernel, mix, token_at
 from ..rules import STATIC_MIN_N, STATIC_MIN_P
-from ..static.lookup import span_of
+from .lookup import span_of
 
 STATIC_THR = (STATIC_MIN_N, STATIC_MIN_P)
 

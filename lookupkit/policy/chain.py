@@ -5,11 +5,11 @@ llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on 
 position. Here every source proposes its candidate for the next token — the context and dynamic caches
 for n = 1..4 (top follower, share, total), the static 2-gram, the static cache's higher orders
 (counts.high_orders), the longest earlier match in the sequence, the run of tokens that follows the
-longest match in the static cache's corpus (its suffix index: draft.suffix_source), and the longest match
+longest match in the static cache's corpus (its suffix index: policy.suffix_source), and the longest match
 in earlier sequences (a History: draft.history) — and a confidence
-table (draft.confidence, learnt on held-out data) turns each candidate's evidence (source and order,
+table (policy.confidence, learnt on held-out data) turns each candidate's evidence (source and order,
 share bin, total bin) into P(accepted), corrected online by how often each family of sources has been right
-on the text at hand (draft.trust: a source the table over-rates here is declined, and costs nothing). The most probable candidate is drafted, token after token, into a
+on the text at hand (policy.trust: a source the table over-rates here is declined, and costs nothing). The most probable candidate is drafted, token after token, into a
 chain, and the call drafts the prefix of that chain whose expected yield per unit of verify cost is largest:
 
     k* = argmax_k  E_k / cost[k],   E_k = 1 + P_1 + ... + P_k,
@@ -44,7 +44,7 @@ from ..rules import (HISTORY, HISTORY_MIN_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER
                      TRUST_WINDOW)
 from ..static.high_orders import High, no_high
 from ..verify_cost import DEFAULT_COST
-from .static_source import head_part, static_top
+from ..static.source import head_part, static_top
 from .suffix_source import fresh, length_bin, min_match_of, no_suffix, suffix_arrays, suffix_candidate
 from . import trust as tr
 
@@ -64,7 +64,7 @@ N_SOURCES = SRC_SUFFIX + 2
 # policy has N_CANDIDATES.
 SRC_HISTORY = N_SOURCES
 N_CANDIDATES = N_SOURCES + 1
-# The trust family (draft.trust) of each candidate row.
+# The trust family (policy.trust) of each candidate row.
 FAMILY = np.array([0] * NGRAM_MAX + [1] * NGRAM_MAX + [2] * (MAX_STATIC_ORDER - 1) + [3, 4, 4, 5], np.int64)
 assert len(FAMILY) == N_CANDIDATES and tr.FAMILIES[FAMILY[SRC_HISTORY]] == "history"
 SHARE_BINS = 20
@@ -81,9 +81,9 @@ of the best other source proposing the same token (bin 0: none does); cost float
 cost[k] = cost of verifying 1 + k tokens relative to 1 (k = 0..n_draft, inf past a measured curve);
 high: the static cache's higher orders; cand: (N_CANDIDATES, 3) int64 scratch; index: the sequence's
 counts.match_index (state, like the context cache: the owner keeps it in step and grows it); suffix: the
-static cache's suffix index (draft.suffix_source.Suffix; its state is reset by the owner when a sequence
+static cache's suffix index (policy.suffix_source.Suffix; its state is reset by the owner when a sequence
 starts over); history: a History's arrays (counts.history_index.Hist; read under the History's lock); trust:
-the online correction of each family's table probabilities (draft.trust.Trust: state, like the index; the
+the online correction of each family's table probabilities (policy.trust.Trust: state, like the index; the
 owner calls learn(pol, ...) once the truth after a call is known)."""
 
 
@@ -95,11 +95,11 @@ def check_policy(name: str) -> str:
 
 def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=None, history=None,
                 trust: tuple = (TRUST_PRIOR, TRUST_WINDOW)) -> Policy:
-    """A Policy for drafts of at most n_draft tokens from (table, agree) (draft.confidence); cost_of(k) =
+    """A Policy for drafts of at most n_draft tokens from (table, agree) (policy.confidence); cost_of(k) =
     cost of verifying 1 + k tokens; suffix: a lookupkit.suffix.SuffixIndex (a static cache's) or None,
     used only if the table has learnt the suffix source (`suffix_on`), after matches as long as the first
     length bin its rows have learnt (suffix_source.min_match_of); history: a History's view() or None;
-    trust: (prior, window) of the online correction (draft.trust; prior 0: off)."""
+    trust: (prior, window) of the online correction (policy.trust; prior 0: off)."""
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
     sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft,
@@ -135,7 +135,7 @@ def own_state(pol: Policy, index) -> Policy:
 
 @kernel
 def learn(pol, truth, base, n_known, chain, c0):
-    """Tell the policy what followed its last call (draft.trust.learn_outcome; nothing for llama.cpp's rule)."""
+    """Tell the policy what followed its last call (policy.trust.learn_outcome; nothing for llama.cpp's rule)."""
     if pol.on:
         tr.learn_outcome(pol.trust, truth, base, n_known, chain, c0)
 
@@ -261,7 +261,7 @@ def choose(pol, cand, j):
     """The most probable candidate, each table probability scaled by its family's trust (smallest id on ties):
     (token, table source, its probability bin, the agreement bin: 0 if no other source proposes that token,
     else 1 + the best such source's probability in AGREE_MAX bins); token -1 if no source has one. Notes every
-    family's candidate at chain position j for draft.trust."""
+    family's candidate at chain position j for policy.trust."""
     best_p, best_tok, best_src = -1.0, np.int64(-1), 0
     tr.clear_position(pol.trust, j)
     for src in range(N_CANDIDATES):

@@ -1,6 +1,6 @@
 """The policy's trust in each family of sources on the text at hand: a table learnt elsewhere, corrected online.
 
-A confidence table (draft.confidence) says how often a source's candidate was right where the table was learnt;
+A confidence table (policy.confidence) says how often a source's candidate was right where the table was learnt;
 on another text, another model or another cache it can be wrong in either direction, and a source it
 over-rates costs verify time. So the policy also keeps, per family of sources (context, dynamic, static,
 longest match, suffix, history), how often that family's candidates turned out right on this text against how
@@ -10,7 +10,7 @@ often the table said they would, and scales every candidate's table probability 
 
 each observation discounted by (1 - 1/window) per newer one of its family, and s a prior that keeps f at 1
 until evidence comes. The families' factors choose the candidate; one more row, the chain, scores the chosen
-token against the probability the policy gave it after the agreement table (draft.confidence), and its factor
+token against the probability the policy gave it after the agreement table (policy.confidence), and its factor
 scales that probability, which decides how far the chain is drafted: agreeing sources can together over-rate a
 token that no family over-rates alone. A candidate is observed when the truth at its position becomes known: every family's
 candidate at each chain position up to the first wrong draft (and the token after a fully accepted draft, if

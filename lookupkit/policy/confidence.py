@@ -9,7 +9,7 @@ of the evidence agreeing never makes a candidate less likely) by isotonic regres
 bin's average calibrated where a running maximum would inflate noisy bins (measured: the policy then
 drafted as if verification were ~1.3x dearer than it was). Tables are JSON: the bundled default
 (lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (replay.tuning) on text held
-out from every evaluation; learn your own for another domain. The suffix source's rows (draft.suffix_source)
+out from every evaluation; learn your own for another domain. The suffix source's rows (policy.suffix_source)
 are learnt when the static cache has a suffix index; tables written before it existed (lookupkit-policy-1)
 load with those rows zero, and the policy never drafts from a source its table has not learnt (nor after
 matches shorter than the first length bin its suffix rows have learnt: replay.tuning.gate_suffix).
@@ -31,9 +31,9 @@ from ..errors import FormatError, InputError
 from ..files import atomic_writer, open_input
 from ..kernels import kernel
 from ..rules import SOURCE_NAMES, DEFAULT_CTX
-from .static_source import grow_memo, new_memo, static_arrays
+from ..static.source import grow_memo, new_memo, static_arrays
 from ..static.high_orders import no_high
-from .policy import (AGREE_MAX, N_CANDIDATES, N_SOURCES, P_BINS, SHARE_BINS, SRC_SUFFIX, TOTAL_BINS, candidates,
+from .chain import (AGREE_MAX, N_CANDIDATES, N_SOURCES, P_BINS, SHARE_BINS, SRC_SUFFIX, TOTAL_BINS, candidates,
                      choose, make_policy, own_state, source_code)
 from .suffix_source import reset as reset_suffix, suffix_arrays
 

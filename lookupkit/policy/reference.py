@@ -1,4 +1,4 @@
-"""The lookupkit policy written plainly: the spec the compiled draft.policy is tested against, draft for draft.
+"""The lookupkit policy written plainly: the spec the compiled policy.chain is tested against, draft for draft.
 
 Caches are the readable ones (counts.dict_cache.NgramCache for context and dynamic, anything with
 `.find(t0, t1)` for the static 2-grams) and the higher orders a dict {n: {n-gram tuple: (top follower,
@@ -18,7 +18,7 @@ from ..formats.lkc_orders import SHARE_ONE
 from ..rules import HISTORY_MIN_MATCH, NGRAM_MAX
 from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
-from .policy import (AGREE_MAX, FAMILY, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC,
+from .chain import (AGREE_MAX, FAMILY, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC,
                      SRC_SUFFIX, TOTAL_BINS, history_rows)
 from .trust import CHAIN, N_ROWS
 from .suffix_source import LENGTH_EDGES, MAX_LEN, MIN_SHARE, min_match_of
@@ -99,7 +99,7 @@ def suffix_candidate(run: tuple, chain: list[int]) -> dict[int, tuple[int, int, 
 
 def choose(cands: dict, table: np.ndarray, factors=None) -> tuple[int, int, int]:
     """(token, probability bin, agreement bin) of the most probable candidate, each table probability times its
-    family's trust factor (draft.trust; none: 1), capped at 1 (smallest id on ties)."""
+    family's trust factor (policy.trust; none: 1), capped at 1 (smallest id on ties)."""
     f = np.ones(N_ROWS) if factors is None else factors
     prob = {src: min(1.0, table[src, sb, tb] * f[FAMILY[src]]) for src, (tok, sb, tb) in cands.items()}
     p, neg_tok, neg_src = max((prob[src], -tok, -src) for src, (tok, sb, tb) in cands.items())
@@ -120,7 +120,7 @@ def proposals(cands: dict, table: np.ndarray) -> dict[int, tuple[int, float]]:
 
 
 def learn_trust(evidence: np.ndarray, params, record: list, truth: list[int]) -> None:
-    """draft.trust.learn_outcome written plainly: `record` the last call's [(chain token, proposals)] per
+    """policy.trust.learn_outcome written plainly: `record` the last call's [(chain token, proposals)] per
     computed position, `truth` the tokens that followed; evidence (N_ROWS, 2) updated in place."""
     decay = params[1]
     for (chained, props), t in zip(record, truth):
@@ -133,11 +133,11 @@ def learn_trust(evidence: np.ndarray, params, record: list, truth: list[int]) ->
 def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
                            cost: Sequence[float], suffix=None, max_len: int = MAX_LEN, history=None, factors=None,
                            record: list | None = None) -> list[int]:
-    """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (draft.policy's docstring;
+    """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (policy.chain's docstring;
     the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
     a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
     least the edge of the first length bin its rows have learnt. `history`: a History's log (or None), drafted
-    from with the table's history row (policy.history_rows). `factors`: the trust factor per family (draft.trust);
+    from with the table's history row (policy.history_rows). `factors`: the trust factor per family (policy.trust);
     `record`, if a list, gets (chain token or None, proposals and the chain's (token, probability) at CHAIN) per
     position whose candidates were looked up."""
     table, agree = tables
