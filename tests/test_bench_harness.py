@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["calibration", "code_engines", "code_engines.report", "engines", "engines.report", "generate_verdict",
             "generations", "llama_server", "llamacpp", "models", "policy_study", "scale", "scale.ray", "serve",
             "serve.report", "serve.restart", "serve_overhead", "startup", "startup.compare", "startup_probe", "study.pagemodel",
-            "study.report", "suffix", "suffix.candidates", "suffix.replay", "suffix_code_task",
+            "study.report", "suffix", "suffix_code_task",
             "tokenize_corpora", "tokenize_corpora.speed"]
 
 

@@ -10,7 +10,7 @@ SEPARATOR is 0): the byte order of suffixes starting at multiples of 3 is their 
 the 3n bytes (int32 while 3n < 2^31) is compacted in place to the n aligned positions; peak memory is
 about 15 bytes per token. `doubling_sa` (numba prefix doubling with counting sorts) is the slower,
 hungrier in-package builder, kept as the second opinion the tests compare against, and the builder that
-needs no pydivsufsort (bench/suffix/candidates.py times both).
+needs no pydivsufsort (formats/SPEC.md has both timed).
 """
 
 from __future__ import annotations
