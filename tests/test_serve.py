@@ -272,7 +272,7 @@ def test_on_gemma_every_emitted_token_is_greedy_in_its_batch():
 
 
 def test_the_overhead_bench_runs():
-    from lookupkit.bench.serve_overhead import measure
+    from lookupkit.bench.serve.overhead import measure
 
     r = measure("h11", tokens=300, requests=3)
     assert r["v1_stream"]["us_per_token"] > 0 and r["completion_stream"]["us_per_token"] > 0

@@ -1,6 +1,6 @@
 """How many pairs of runs does `lookupkit generate` need for a verdict that holds? (issue 21)
 
-    python -m lookupkit.bench.generate_verdict [-m gemma-3-270m] [--prompts 3] [--pairs 9] [-n 256]
+    python -m lookupkit.bench.verdict [-m gemma-3-270m] [--prompts 3] [--pairs 9] [-n 256]
         [--threads 2] [--cache C.lkc] [--curve CURVE.json] [--report]
 
 For each held-out prompt (WikiText-103 test paragraphs from ../shared, the `wiki` and `copy` tasks of
@@ -30,6 +30,8 @@ from lookupkit.bench.harness import RESULTS, SHARED, git_state, loadavg, machine
 from lookupkit.integrations.compare import RUNS
 
 WINDOWS = (1, 3, 5, 7)
+COMMAND = "python -m lookupkit.bench.verdict"
+OLD_COMMAND = "python -m lookupkit.bench.generate_verdict"  # this runner's name in runs recorded before issue 24
 SECTION = "## `lookupkit generate`: how many pairs of runs a verdict needs (issue 21)"
 
 
@@ -129,7 +131,8 @@ def report(docs: list) -> str:
     lines = [SECTION, ""]
     for doc in docs:
         how = "lookupkit's policy" if doc.get("policy", "lookupkit") == "lookupkit" else "llama.cpp's rule"
-        lines += [f"`{doc['command']}` ({doc['date']}, {doc['machine']['cpu']}, {doc['threads']} threads, "
+        command = doc["command"].replace(OLD_COMMAND, COMMAND, 1)  # the same run, rerunnable as it is written
+        lines += [f"`{command}` ({doc['date']}, {doc['machine']['cpu']}, {doc['threads']} threads, "
                   f"{doc['n']} tokens per run, --draft {doc['draft']}, {how}, "
                   f"{'cache ' + Path(doc['cache']).name if doc['cache'] else 'context only'}"
                   f"{', prediction from ' + Path(doc['curve']).name if doc.get('curve') else ''}"
@@ -186,7 +189,7 @@ def main(argv=None) -> None:
                     "for the report; repeat for each)")
     ap.add_argument("--report", action="store_true", help="write the section of bench/RESULTS.md from every run in --out")
     args = ap.parse_args(argv)
-    args.command = "python -m lookupkit.bench.generate_verdict " + " ".join(argv if argv is not None else os.sys.argv[1:])
+    args.command = COMMAND + " " + " ".join(argv if argv is not None else os.sys.argv[1:])
     if not args.text.is_file():
         raise SystemExit(f"error: {args.text} not found: give --text (WikiText-103 test paragraphs, ../shared/corpora)")
     doc = run(args)

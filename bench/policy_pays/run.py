@@ -1,4 +1,4 @@
-"""Does lookupkit's policy make drafting pay? `python -m lookupkit.bench.policy_study`.
+"""Does lookupkit's policy make drafting pay? `python -m lookupkit.bench.policy_pays`.
 
 Side by side in one run, on the same caches: llama.cpp's rule (exact) and lookupkit's policy at each
 verify cost C it is asked to draft for, replaying the WikiText-103 test split (qwen2 ids, -c 4096, at most
@@ -119,7 +119,7 @@ def code(runs: int, tables, package: str = "numpy") -> dict:
 
 def report(result: dict) -> str:
     """The markdown section of bench/RESULTS.md: one table per cache size, then the targets, met or not."""
-    lines = [f"Commit {result['commit'][:12]}, {result['date']}; `python -m lookupkit.bench.policy_study` "
+    lines = [f"Commit {result['commit'][:12]}, {result['date']}; `python -m lookupkit.bench.policy_pays` "
              f"(WikiText-103 test, qwen2 ids, -c {result['n_ctx']}, at most {result['n_draft']} drafted per call). "
              "S(C) = expected speed-up at verify cost C; `lookupkit C=c` drafts for cost c. us/call: median (min-max) "
              "of the runs, drafting and context updates inside the compiled replay."]
