@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from lookupkit.bench.harness import loadavg
+
 CLIENT = r"""
 import json, socket, sys, time
 from lookupkit.bench.harness import loadavg
