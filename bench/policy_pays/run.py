@@ -31,6 +31,7 @@ from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
 from lookupkit.draft.policy import make_policy
 from lookupkit.replay.loop import replay_fast
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
 WORK = Path.home() / ".cache" / "lookupkit" / "bench"
@@ -58,7 +59,7 @@ def _replay(ids, static, policy, runs: int) -> dict:
     out = None
     times = []
     for _ in range(runs):
-        trace, _ = replay_fast(ids, 4096, 8, static=static, policy=policy)
+        trace, _ = replay_fast(ids, DEFAULT_CTX, 8, static=static, policy=policy)
         times.append(trace.t_draft_s * 1e6 / len(trace.n_drafted))
         out = trace
     s = out.summary()
@@ -133,7 +134,7 @@ def main(argv=None) -> None:
     tables = load_tables()
     commit = git_state()["commit"]
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-              "eval": EVAL.name, "n_ctx": 4096, "n_draft": 8, "costs": list(REPORTED_COSTS),
+              "eval": EVAL.name, "n_ctx": DEFAULT_CTX, "n_draft": 8, "costs": list(REPORTED_COSTS),
               "wiki": wiki([int(s) for s in a.sizes.split(",")], a.runs, tables)}
     if not a.skip_code:
         result["code"] = code(a.runs, tables)
