@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from lookupkit import StaticCache, Tokenizer
-from lookupkit.bench.harness import RESULTS, SHARED, git_state
+from lookupkit.bench.harness import RESULTS, SHARED, bench_dir, git_state
 from lookupkit.bench.policy_pays.report import report
 from lookupkit.corpora import read_token_file
 from lookupkit.draft.confidence import load as load_tables
@@ -34,7 +34,7 @@ from lookupkit.replay.loop import replay_fast
 from lookupkit.rules import DEFAULT_CTX
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
-WORK = Path.home() / ".cache" / "lookupkit" / "bench"
+WORK = bench_dir()  # where `lookupkit bench` leaves its prefix ids ($LOOKUPKIT_CACHE_DIR honoured)
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 QWEN2 = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
 COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the costs the policy drafts for; the report needs each of REPORTED_COSTS
