@@ -3,6 +3,7 @@ lookupkit.bench.STUDY`) and its report, over one harness (`harness`: provenance,
 the quiet-machine gate, spread statistics, the report's guards, the entry point) and a few shared tools
 that several studies run (models, llama_server, llamacpp, measure, startup_probe, generations,
 suffix_code_task). The studies: study (`lookupkit bench` runs it), startup, calibration, engines,
-code_engines, suffix, scale, tokenize_corpora, serve (the server beside llama-server), sources (which draft
-source pays on the model's own output), and three of one
-file each: generate_verdict, policy_study, serve_overhead."""
+code_engines, suffix, scale, tokenize_corpora, serve (the server beside llama-server, and the HTTP path's
+own overhead), sources (which draft source pays on the model's own output), verdict (how many run pairs
+`lookupkit generate` needs for a verdict that holds) and policy_pays (does lookupkit's policy make drafting
+pay)."""

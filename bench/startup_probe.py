@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("replay")
     r.add_argument("tokens")
     r.add_argument("--lcs")
-    r.add_argument("--ctx", type=int, default=4096)
+    r.add_argument("--ctx", type=int, help="replay chunk size (default: lookupkit.rules.DEFAULT_CTX)")
     r.add_argument("--draft", type=int, default=8)
     r.add_argument("--hold", action="store_true")
     r.add_argument("--cold", action="store_true", help="evict the static cache from the page cache first")
@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "open":
         res = probe_open(a.path, a.runs, a.cold)
     else:
-        res = probe_replay(a.tokens, a.lcs, a.ctx, a.draft, a.hold, a.cold)
+        from lookupkit.rules import DEFAULT_CTX  # not at the top: the open probe imports only what its timed open needs
+
+        res = probe_replay(a.tokens, a.lcs, DEFAULT_CTX if a.ctx is None else a.ctx, a.draft, a.hold, a.cold)
     if res:
         print(json.dumps(res), flush=True)
 

@@ -15,11 +15,11 @@ from lookupkit.bench import harness
 from lookupkit.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["calibration", "code_engines", "code_engines.report", "engines", "engines.report", "generate_verdict",
-            "generations", "llama_server", "llamacpp", "models", "policy_study", "scale", "scale.ray", "serve",
-            "serve.report", "serve.restart", "serve_overhead", "startup", "startup.compare", "startup_probe", "study.pagemodel",
+COMMANDS = ["calibration", "code_engines", "code_engines.report", "engines", "engines.report", "generations",
+            "llama_server", "llamacpp", "models", "policy_pays", "scale", "scale.ray", "serve", "serve.overhead",
+            "serve.report", "serve.restart", "startup", "startup.compare", "startup_probe", "study.pagemodel",
             "study.report", "suffix", "suffix_code_task",
-            "tokenize_corpora", "tokenize_corpora.speed"]
+            "tokenize_corpora", "tokenize_corpora.speed", "verdict"]
 
 
 def test_shared_dir_honours_the_environment(monkeypatch, tmp_path):

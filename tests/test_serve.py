@@ -271,12 +271,14 @@ def test_on_gemma_every_emitted_token_is_greedy_in_its_batch():
         assert a["timings"]["draft_n_accepted"] > 0
 
 
-def test_the_overhead_bench_runs():
-    from lookupkit.bench.serve_overhead import measure
+def test_the_overhead_bench_runs(capsys):
+    from lookupkit.bench.serve.overhead import main, measure
 
     r = measure("h11", tokens=300, requests=3)
     assert r["v1_stream"]["us_per_token"] > 0 and r["completion_stream"]["us_per_token"] > 0
     assert r["request"]["median_us"] > 0
+    main(["--tokens", "300", "--requests", "3"])  # the whole runner, its report line and the load included
+    assert "uvicorn h11:" in capsys.readouterr().out
 
 
 def test_text_is_sent_only_once_it_cannot_become_a_stop_string():

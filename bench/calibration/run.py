@@ -31,6 +31,7 @@ import numpy as np
 
 from lookupkit.bench.models import bench_dir, ensure_model
 from lookupkit.bench.harness import RESULTS, SHARED, git_state, loadavg, machine
+from lookupkit.rules import DEFAULT_CTX
 
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 SIZES = (0, 25, 50, 100, 200, 541)
@@ -231,7 +232,7 @@ def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, positio
     log("curve " + " ".join(f"{k}:{v:.2f}" for k, v in cal["curve"].items()) + f"; t1 = {cal['t1_s'] * 1e3:.1f} ms")
     out.write_text(json.dumps(data, indent=1))
     if not skip_table:
-        data["expected"] = expected_table(cal["curve"], EVAL, workdir, 4096, 8)
+        data["expected"] = expected_table(cal["curve"], EVAL, workdir, DEFAULT_CTX, 8)
         out.write_text(json.dumps(data, indent=1))
     largest = next((workdir / f"static-{s}.lkc" for s in reversed(SIZES) if s and (workdir / f"static-{s}.lkc").exists()),
                    None)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from lookupkit.errors import InputError
+from lookupkit.rules import DEFAULT_CTX
 
 FLOOR_BATCH = 32  # the plain-b32 row's n_batch / n_ubatch
 PLD_N_CTX = 1024  # the LlamaPromptLookupDecoding row's context (logits_all: every position's logits)
@@ -54,7 +55,7 @@ def record(tokens, t_prompt_s, t_gen_s, drafted=None, accepted=None) -> dict:
 class LlamaCppRunner:
     """llama-cpp-python rows: plain, plain-b32, pld (llama-cpp-python's own), lookupkit rule/policy."""
 
-    def __init__(self, model: Path, threads: int, n_ctx: int = 4096):
+    def __init__(self, model: Path, threads: int, n_ctx: int = DEFAULT_CTX):
         from lookupkit.integrations.llama_cpp import generate, open_model
 
         self._generate, self._open = generate, open_model

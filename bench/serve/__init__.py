@@ -4,9 +4,12 @@
     python -m lookupkit.bench.serve --caches DIR --code DIR       # the run of record (bench/RESULTS.md)
     python -m lookupkit.bench.serve.report RESULTS.json --md OUT.md --plot OUT.png
     python -m lookupkit.bench.serve.restart --caches DIR
+    python -m lookupkit.bench.serve.overhead                      # the HTTP path alone, the model taken out
 
 One room, one job per module: `client` (a streamed /completion, and N clients at once), `servers` (a
 server process of either kind: its command, start-up time, memory), `tasks` (the prompts and caches of
 prose, copying, code and the agent-like sessions), `run` (what runs in which order), `report` (the table and
-the plot), `restart` (a learning server's speed before and after a restart from its saved state).
+the plot), `restart` (a learning server's speed before and after a restart from its saved state),
+`overhead` (what the HTTP path of `lookupkit serve` costs per token and per request, a fake engine in
+place of the model).
 """

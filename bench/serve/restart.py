@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lookupkit.errors import LookupkitError
 from lookupkit.files import atomic_writer
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench.harness import RESULTS, git_state, machine
 from lookupkit.bench.serve import client
 from lookupkit.bench.serve.run import CURVE, POLICY_DRAFT, log
@@ -65,7 +66,7 @@ def run(args) -> None:
            "machine": machine(gate=True), "flags": flags, "prompts": args.prompts, "n_new": args.n_new}
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "served.lkh"
-        make = lambda extra: (lambda port: lookupkit_cmd(model, port, 2, 4096, 1, [*flags, "--state", str(state), *extra]))  # noqa: E731
+        make = lambda extra: (lambda port: lookupkit_cmd(model, port, 2, DEFAULT_CTX, 1, [*flags, "--state", str(state), *extra]))  # noqa: E731
         with Server(make([]), Path(tmp) / "1.log", "first") as s:
             out["ready_fresh_s"] = s.t_ready_s
             out["pass1"] = one_pass(s, ids, args.n_new)

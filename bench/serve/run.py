@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lookupkit.errors import InputError, LookupkitError
 from lookupkit.files import atomic_writer
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench import llama_server
 from lookupkit.bench.models import bench_dir
 from lookupkit.bench.harness import RESULTS, git_state, machine, warm_file
@@ -115,7 +116,7 @@ class Bench:
         self.logs = bench_dir() / "serve" / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
 
-    def server(self, row: dict, task_cache: str | None, parallel: int = 1, ctx: int = 4096) -> Server:
+    def server(self, row: dict, task_cache: str | None, parallel: int = 1, ctx: int = DEFAULT_CTX) -> Server:
         a = self.args
         sub = {"{lkc}": str(a.caches / f"{task_cache}.lkc"), "{lcs}": str(a.caches / f"{task_cache}.lcs")}
         extra = [sub.get(x, x) for x in row["args"]]

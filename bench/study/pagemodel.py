@@ -18,6 +18,7 @@ import numpy as np
 from lookupkit.formats.constmap_probe import probes
 from lookupkit.corpora import read_token_file
 from lookupkit.replay import replay
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.static.cache import StaticCache
 
 PAGE = 4096
@@ -81,7 +82,7 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m lookupkit.bench.study.pagemodel", description=__doc__.split("\n")[0])
     p.add_argument("cache")
     p.add_argument("eval_tokens")
-    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--ctx", type=int, default=DEFAULT_CTX)
     p.add_argument("--draft", type=int, default=8)
     a = p.parse_args()
     cache = StaticCache.open(a.cache)

@@ -389,7 +389,7 @@ def main(argv=None) -> None:
     p.add_argument("--startup", type=Path)
     p.add_argument("--calibration", type=Path, action="append", default=[])
     p.add_argument("--append", type=Path, action="append", default=[],
-                   help="a markdown section written by another study (e.g. policy_study --report), appended verbatim")
+                   help="a markdown section written by another study (e.g. policy_pays --report), appended verbatim")
     p.add_argument("-o", "--out", type=Path, required=True)
     a = p.parse_args(argv)
     out = write_report(a.study, a.out, a.calibration, a.startup)

@@ -21,6 +21,7 @@ import numpy as np
 
 from lookupkit.bench import llamacpp
 from lookupkit.errors import LookupkitError
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench.measure import python_module, run, script
 from lookupkit.bench.harness import RESULTS, SHARED, bench_dir, git_state, loadavg, machine, warm_file
 
@@ -35,7 +36,7 @@ class StudyConfig:
     vocab: Path | None
     sizes: list[int]
     drafts: list[int] = field(default_factory=lambda: [8, 16])
-    n_ctx: int = 4096
+    n_ctx: int = DEFAULT_CTX
     runs: int = 3
     open_runs: int = 7
     share: list[int] = field(default_factory=lambda: [1, 2, 4])

@@ -44,6 +44,7 @@ from lookupkit.bench.suffix import report as report_suffix
 from lookupkit.bench.measure import last_json, run_tree, script
 from lookupkit.bench.harness import RESULTS, git_state, machine
 from lookupkit.files import default_root
+from lookupkit.rules import DEFAULT_CTX
 
 DATA = Path(os.environ.get("LOOKUPKIT_BENCH_DATA") or default_root() / "bench" / "data")  # where the prepared ids are
 PROSE = ("25MB=wiki25.i32", "100MB=wiki100.i32", "541MB=wiki541.i32")
@@ -51,7 +52,6 @@ COSTS = (0.0, 0.1, 0.25, 0.5)  # the verify costs reported (each in lookupkit.ve
 TIMED_COST = 0.25  # the cost the repeated (timed) replays draft for: the code task's target cost
 RULE_DRAFT = 8  # llama.cpp's rule: --draft 8, its default thresholds
 POLICY_DRAFT = 16  # the policy's draft limit in this study (lookup-stats' own default is rules.POLICY_DRAFT)
-N_CTX = 4096
 MEMORY_BUDGET = "1GiB"  # lookup-create's default: the 541 MB index (15 bytes per token in memory) sorts out of core
 VARIANTS = {"2gram": [], "2gram+index": ["--suffix-index"], "o6": ["--orders", "2-6"],
             "o6+index": ["--orders", "2-6", "--suffix-index"]}
@@ -178,7 +178,7 @@ def tune(cache: Path, held_out: Path, a) -> dict:
     out = cache.with_suffix(".policy.json")
     from lookupkit.cli.main import app
 
-    words = ["tune-policy", "--cache", str(cache), "--tokens", str(held_out), "-c", str(N_CTX), "-o", str(out),
+    words = ["tune-policy", "--cache", str(cache), "--tokens", str(held_out), "-c", str(DEFAULT_CTX), "-o", str(out),
              "--json"]
     sig = signature(["lookupkit", *words], [cache, held_out])
     got = reused(out, sig, a.rebuild)
@@ -199,7 +199,7 @@ def stats(cache: Path, ids: Path, table: Path | None, cost: float | None) -> dic
               "--verify-cost", f"{cost:g}"])
     from lookupkit.cli.stats import app
 
-    words = ["--tokens", str(ids), "-lcs", str(cache), "-c", str(N_CTX), *flags, "--json"]
+    words = ["--tokens", str(ids), "-lcs", str(cache), "-c", str(DEFAULT_CTX), *flags, "--json"]
     j = in_process(app, words)
     return {"command": " ".join(["lookup-stats", *words]), "calls": j["draft_calls"], "n_drafted": j["n_drafted"],
             "n_accept": j["n_accept"],
@@ -371,7 +371,7 @@ def run(argv: list[str]) -> None:
             raise SystemExit(f"error: {p} does not exist (held-out ids for the prose corpora)")
     result = {"study": "suffix-study", "started": _now(), "quick": a.quick,
               "command": shlex.join(["python", "-m", "lookupkit.bench.suffix", *argv]),
-              "git": git_state(), "machine": machine(gate=True), "n_ctx": N_CTX, "costs": list(COSTS), "timed_cost": TIMED_COST,
+              "git": git_state(), "machine": machine(gate=True), "n_ctx": DEFAULT_CTX, "costs": list(COSTS), "timed_cost": TIMED_COST,
               "rule_draft": RULE_DRAFT, "policy_draft": POLICY_DRAFT, "memory_budget": a.memory_budget, "jobs": a.jobs,
               "build_runs": a.build_runs, "timing_runs": a.timing_runs, "note": a.note, "corpora": {}}
     for name, kind, tokens, tune_ids, eval_ids in corpora(a, work):

@@ -83,7 +83,7 @@ def judge(ratios: list, *, others: float, predicted: float | None, timed: int,
     (a curve measured on a busy machine predicts wrongly: it is a reason too). The spread that counts is the middle half of the ratios (all of them below 4 pairs): one
     outlier of five does not make an answer uncertain, two do. RUNS = 5, measured on this machine (quiet,
     Gemma 3 270M, 2 threads, 256 tokens, about a minute per verdict; 15 prompt/drafter rows of 9 pairs,
-    the last 6 on prompts held out from the choice; python -m lookupkit.bench.generate_verdict,
+    the last 6 on prompts held out from the choice; python -m lookupkit.bench.verdict,
     bench/RESULTS.md): the medians of k consecutive pairs lay within 24.6 / 19.3 / 12.1 / 4.9 % of all
     9 pairs' for k = 1 / 3 / 5 / 7, and answered otherwise in 14 / 2 / 1 / 0 % of windows; the one
     5-pair window that did said "breaks even" where 9 pairs were uncertain between that and "pays"."""

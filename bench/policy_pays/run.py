@@ -1,4 +1,4 @@
-"""Does lookupkit's policy make drafting pay? `python -m lookupkit.bench.policy_study`.
+"""Does lookupkit's policy make drafting pay? `python -m lookupkit.bench.policy_pays`.
 
 Side by side in one run, on the same caches: llama.cpp's rule (exact) and lookupkit's policy at each
 verify cost C it is asked to draft for, replaying the WikiText-103 test split (qwen2 ids, -c 4096, at most
@@ -8,7 +8,8 @@ standard library (gpt-2 vocabulary) replaying the sources of an installed packag
 The policy's confidence tables are the bundled ones (`lookupkit tune-policy`: learnt on a held-out slice,
 never on these replays). Timing cells are medians of `--runs` replays (min-max kept); build times are
 `lookup-create --tokens` from the same ids, so the ratio is that of the counting and writing alone.
-Results go to bench/results/policy-<date>.json and a table on stdout (bench/RESULTS.md quotes it).
+Results go to bench/results/policy-<date>.json and the tables (report) on stdout (bench/RESULTS.md quotes
+them).
 """
 
 from __future__ import annotations
@@ -24,17 +25,19 @@ import time
 from pathlib import Path
 
 from lookupkit import StaticCache, Tokenizer
-from lookupkit.bench.harness import RESULTS, SHARED, git_state
+from lookupkit.bench.harness import RESULTS, SHARED, bench_dir, git_state
+from lookupkit.bench.policy_pays.report import report
 from lookupkit.corpora import read_token_file
 from lookupkit.policy.confidence import load as load_tables
 from lookupkit.policy.chain import make_policy
 from lookupkit.replay.loop import replay_fast
+from lookupkit.rules import DEFAULT_CTX
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
-WORK = Path.home() / ".cache" / "lookupkit" / "bench"
+WORK = bench_dir()  # where `lookupkit bench` leaves its prefix ids ($LOOKUPKIT_CACHE_DIR honoured)
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 QWEN2 = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
-COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
+COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the costs the policy drafts for; the report needs each of REPORTED_COSTS
 CREATE = [sys.executable, "-c", "from lookupkit.cli.create import main; main()"]  # lookup-create
 
 
@@ -56,7 +59,7 @@ def _replay(ids, static, policy, runs: int) -> dict:
     out = None
     times = []
     for _ in range(runs):
-        trace, _ = replay_fast(ids, 4096, 8, static=static, policy=policy)
+        trace, _ = replay_fast(ids, DEFAULT_CTX, 8, static=static, policy=policy)
         times.append(trace.t_draft_s * 1e6 / len(trace.n_drafted))
         out = trace
     s = out.summary()
@@ -117,58 +120,6 @@ def code(runs: int, tables, package: str = "numpy") -> dict:
             "bytes_o2": two.stat().st_size, "bytes_o6": six.stat().st_size}
 
 
-def report(result: dict) -> str:
-    """The markdown section of bench/RESULTS.md: one table per cache size, then the targets, met or not."""
-    lines = [f"Commit {result['commit'][:12]}, {result['date']}; `python -m lookupkit.bench.policy_study` "
-             f"(WikiText-103 test, qwen2 ids, -c {result['n_ctx']}, at most {result['n_draft']} drafted per call). "
-             "S(C) = expected speed-up at verify cost C; `lookupkit C=c` drafts for cost c. us/call: median (min-max) "
-             "of the runs, drafting and context updates inside the compiled replay."]
-    head = "| policy | accepted/call | tok/verify | " + " | ".join(f"S({c:g})" for c in COSTS) + " | us/call |"
-    for size, cell in result["wiki"].items():
-        lines += ["", f"**{size} MB**" + (f" — .lkc orders 2: {cell['build_o2']['bytes'] / 1e6:.1f} MB, orders 2-6: "
-                                         f"{cell['build_o6']['bytes'] / 1e6:.1f} MB" if "build_o2" in cell else ""),
-                  "", head, "|" + "---|" * (4 + len(COSTS))]
-        lines += [_row(name, r) for name, r in cell["replay"].items()]
-    if "code" in result:
-        c = result["code"]
-        lines += ["", f"**code**: the stdlib cache (gpt-2, orders 2-6, {c['bytes_o6'] / 1e6:.1f} MB) replaying "
-                      f"{c['package']}'s own sources ({c['tokens']:,} tokens)", "", head, "|" + "---|" * (4 + len(COSTS))]
-        lines += [_row(name, r) for name, r in c["replay"].items()]
-    lines += ["", *targets(result)]
-    return "\n".join(lines)
-
-
-def _row(name: str, r: dict) -> str:
-    us = r["us_per_call"]
-    s = " | ".join(f"{r['expected_speedup'][f'{c:g}']:.3f}" for c in COSTS)
-    return (f"| {name} | {r['accepted_per_call']:.4f} | {r['tokens_per_verify']:.4f} | {s} | "
-            f"{us['median']:.2f} ({us['min']:.2f}-{us['max']:.2f}) |")
-
-
-def targets(result: dict) -> list[str]:
-    """Issue 9's targets at 541 MB, each met or not, from the measured cells (absent: not measured)."""
-    cell = result["wiki"].get("541")
-    if not cell:
-        return ["Targets: not measured (no 541 MB cell)."]
-    rep = cell["replay"]
-    base = rep["llama.cpp"]["accepted_per_call"]
-    free = rep["lookupkit C=0"]["accepted_per_call"]
-    own = {c: rep[f"lookupkit C={c:g}"]["expected_speedup"][f"{c:g}"] for c in COSTS}
-    size = cell["build_o6"]["bytes"] / cell["build_o2"]["bytes"]
-    build = cell["build_o6"]["seconds"]["median"] / cell["build_o2"]["seconds"]["median"]
-    slowest = max(r["us_per_call"]["median"] for name, r in rep.items() if name != "llama.cpp")
-    rows = [("accepted per call at C = 0 >= 1.5x llama.cpp's", f"{free:.4f} vs {base:.4f} ({free / base:.2f}x)", free >= 1.5 * base),
-            ("S(C) >= 1.0 at C = 0.05, 0.1, 0.25, 0.5, 1.0", ", ".join(f"{own[c]:.3f}" for c in COSTS[1:]),
-             all(own[c] >= 1.0 for c in COSTS[1:])),
-            ("S(0.25) >= 1.15", f"{own[0.25]:.3f} (llama.cpp: {rep['llama.cpp']['expected_speedup']['0.25']:.3f})",
-             own[0.25] >= 1.15),
-            ("file with orders 2-6 <= 2x the 2-gram file", f"{size:.2f}x", size <= 2),
-            ("build <= 2x the 2-gram build (lookup-create --tokens, -j 1)", f"{build:.2f}x", build <= 2),
-            ("drafting <= 2 us per call on average (slowest C)", f"{slowest:.2f} us", slowest <= 2)]
-    return ["| target (541 MB) | measured | met |", "|---|---|---|",
-            *(f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in rows)]
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="0,25,100,541")
@@ -183,7 +134,7 @@ def main(argv=None) -> None:
     tables = load_tables()
     commit = git_state()["commit"]
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-              "eval": EVAL.name, "n_ctx": 4096, "n_draft": 8, "costs": list(REPORTED_COSTS),
+              "eval": EVAL.name, "n_ctx": DEFAULT_CTX, "n_draft": 8, "costs": list(REPORTED_COSTS),
               "wiki": wiki([int(s) for s in a.sizes.split(",")], a.runs, tables)}
     if not a.skip_code:
         result["code"] = code(a.runs, tables)

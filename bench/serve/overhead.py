@@ -7,7 +7,7 @@ core) reads a stream of --tokens tokens from /v1/completions and /completion, th
 sequential non-streamed requests. Reported: wall and server-CPU microseconds per streamed token, and
 per request, for each HTTP implementation uvicorn has here (h11; httptools if installed).
 
-    python -m lookupkit.bench.serve_overhead [--tokens 20000] [--requests 300] [--json]
+    python -m lookupkit.bench.serve.overhead [--tokens 20000] [--requests 300] [--json]
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from lookupkit.bench.harness import loadavg
 
 CLIENT = r"""
 import json, socket, sys, time

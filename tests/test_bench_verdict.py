@@ -1,11 +1,11 @@
-"""bench.generate_verdict's analysis on made-up pairs: windows, their distance from all pairs' median, how
+"""bench.verdict's analysis on made-up pairs: windows, their distance from all pairs' median, how
 often a window answers otherwise, the smallest window that never does, and the report."""
 
 from __future__ import annotations
 
 import pytest
 
-from lookupkit.bench.generate_verdict import SECTION, analyse, report, summarise, windows, write_report
+from lookupkit.bench.verdict.report import SECTION, analyse, report, summarise, windows, write_report
 
 
 def row(ratios, others=0.0, predicted=None, timed=256):
@@ -34,9 +34,11 @@ def test_summary_picks_the_smallest_window_that_never_answers_otherwise(tmp_path
     s = summarise(rows)
     assert s["by_k"]["1"]["differs"] == pytest.approx(1 / 14) and s["by_k"]["3"]["differs"] == pytest.approx(3 / 10)
     assert s["enough"] == 5
-    doc = {"command": "python -m lookupkit.bench.generate_verdict", "date": "2026-12-03", "machine": {"cpu": "x"},
+    doc = {"command": "python -m lookupkit.bench.verdict", "date": "2026-12-03", "machine": {"cpu": "x"},
            "threads": 2, "n": 256, "draft": 16, "cache": None, "file": "f.json", "rows": rows, "summary": s}
     text = report([doc, {**doc, "policy": "llama.cpp"}])
+    assert report([{**doc, "command": "python -m lookupkit.bench.generate_verdict --pairs 9"}]).count(
+        "`python -m lookupkit.bench.verdict --pairs 9`") == 1  # a run recorded under the runner's old name
     assert text.startswith(SECTION) and "| 0 | wiki | 2.00x (1.90-2.10) | - | pays | 0.00 |" in text
     assert "lookupkit's policy" in text and "llama.cpp's rule" in text and "never answers otherwise: 5 pairs" in text
     md = tmp_path / "RESULTS.md"

@@ -1,0 +1,3 @@
+from lookupkit.bench.policy_pays.run import main
+
+main()

@@ -1,0 +1,3 @@
+from lookupkit.bench.verdict.run import main
+
+main()
