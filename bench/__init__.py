@@ -1,5 +1,6 @@
 """Benchmarks (bench/RESULTS.md): one subpackage per study, each with its runner (`run`, `python -m
-lookupkit.bench.STUDY`) and its report, over one harness (`harness`: provenance, ../shared, output paths,
+lookupkit.bench.STUDY`; `study` runs through `lookupkit bench`) and its report (a `report` module, or inside
+`run` where it is short: sources, scale, tokenize_corpora), over one harness (`harness`: provenance, ../shared, output paths,
 the quiet-machine gate, spread statistics, the report's guards, the entry point) and a few shared tools
 that several studies run (models, llama_server, llamacpp, measure, startup_probe, generations,
 suffix_code_task). The studies: study (`lookupkit bench` runs it), startup, calibration, engines,

@@ -1,5 +1,5 @@
-"""The command line over the library: `lookup-create`, `lookup-stats`, `lookup-merge` (llama.cpp's names and
-flags) and the umbrella `lookupkit` (main), one module per command or family: cache_cmds (inspect, verify,
+"""The command line over the library: `lookup-create` (create), `lookup-stats` (stats), `lookup-merge` (merge)
+(llama.cpp's names and flags) and the umbrella `lookupkit` (main), one module per command or family: cache_cmds (inspect, verify,
 convert), tokenize_cmd, demo, calibrate_cmd, generate_cmd, model_corpus_cmd, serve_cmd, replay_requests_cmd, model_cmd,
 tune_cmd, bench_cmd; model_options holds the options generate, serve and replay-requests share.
 

@@ -1,4 +1,5 @@
-"""llama.cpp's prompt-lookup facts, written once: thresholds, the static weight, limits, source codes.
+"""llama.cpp's prompt-lookup facts and lookupkit's defaults, written once: thresholds, the static weight,
+limits, source codes; each draft source's defaults, the context size, the history's budget, the trust's constants.
 
 From common/ngram-cache.{h,cpp} and examples/lookup (../shared/docs/llama-lookup.md sections 4 and 7).
 Both drafting engines, the replay loops, the Drafter and the CLI read them from here; nothing else

@@ -1,6 +1,6 @@
 """formats/ below the core (issue 24): a module that reads a format imports nothing of lookupkit's rooms,
-so counts, static and draft can import it; only the writers (a file from a counts table) stand on the
-counts; nothing in formats/ reaches draft, static, replay or the rooms above them."""
+so counts, static, suffix, policy and draft can import it; only the writers (a file from a counts table)
+stand on the counts; nothing in formats/ reaches static, policy, draft, replay or the rooms above them."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
     the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
     a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
     least the edge of the first length bin its rows have learnt. `history`: a History's log (or None), drafted
-    from with the table's history row (policy.history_rows). `factors`: the trust factor per family (policy.trust);
+    from with the table's history row (chain.history_rows). `factors`: the trust factor per family (policy.trust);
     `record`, if a list, gets (chain token or None, proposals and the chain's (token, probability) at CHAIN) per
     position whose candidates were looked up."""
     table, agree = tables

@@ -7,7 +7,8 @@ longest_match (the `--source ngram` drafter and its replay), suffix_run (`--sour
 longest corpus match), requests (a served request log replayed with what the server learnt carried across requests:
 `lookupkit replay-requests`), trace (`ReplayTrace`: every draft call and the tables derived from it), sweep (grids
 of replays, expected speed-up), tuning (the policy's tables learnt on held-out text and its suffix gate chosen by
-replaying it: `lookupkit tune-policy`; above draft, which the compiled loop drafts with).
+replaying it: `lookupkit tune-policy`; here, not in lookupkit.policy, because it replays the policy with the
+compiled loop, which drafts with it: the policy sits below replay).
 """
 
 from .._lazy import lazy_faces

@@ -1,7 +1,7 @@
 """The static cache's lookups, compiled: a 2-gram's span in the pairs, and one follower's count in a run.
 
-Shared by `StaticCache` (single and batched lookups) and the compiled drafting rules (draft.rule,
-static.source), which call them from their own kernels. A corrupted constmap can map a 2-gram to a span outside the pairs: `span_of` reports it as
+Shared by `StaticCache` (single and batched lookups) and the compiled drafting (draft.rule and policy.chain,
+through static.source), which call them from their own kernels. A corrupted constmap can map a 2-gram to a span outside the pairs: `span_of` reports it as
 length -1 and never reads it; callers decide (StaticCache raises, the drafter treats it as a miss).
 """
 
