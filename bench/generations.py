@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from lookupkit.bench.harness import SHARED
+from lookupkit.files import atomic_writer
 
 CORPORA = SHARED / "corpora"
 PROMPT_WORDS = 250
@@ -54,7 +55,7 @@ def select(path: Path, n: int, seed: int) -> list[str]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.generations", description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", required=True, help="GGUF model path or a lookupkit.models name")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--text", type=Path, default=CORPORA / "wiki.test.raw", help="held-out text to take prompts from")
@@ -91,9 +92,8 @@ def main(argv=None) -> None:
                 gen.append(int(tok))
             doc["sequences"].append({"task": task, "paragraph": i, "prompt_len": len(prompt),
                                      "tokens": list(prompt) + gen})
-        tmp = a.output.with_name(a.output.name + ".tmp")  # after every paragraph: an interrupt loses one
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(a.output)
+        with atomic_writer(a.output) as f:  # after every paragraph: an interrupt loses one
+            f.write(json.dumps(doc).encode())
         print(f"{i + 1}/{a.prompts} paragraphs, {time.perf_counter() - t0:.0f} s", flush=True)
     out = doc["sequences"]
     print(f"wrote {a.output}: {len(out)} sequences")

@@ -76,6 +76,13 @@ def machine(gate: bool = False, log=None) -> dict:
     return out
 
 
+def command(module: str, argv=None) -> str:
+    """The command line a study was run with, quoted so that it runs again as written (argv: sys.argv[1:])."""
+    import shlex
+
+    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
 def git_state(repo: Path | None = None) -> dict:
     """The commit the study ran on and whether the work tree had changes ({"commit": None} outside git)."""
     import subprocess

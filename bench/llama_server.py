@@ -246,7 +246,7 @@ def parse_completion(resp: dict, wall_s: float) -> dict:
 def main() -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.llama_server", description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     try:

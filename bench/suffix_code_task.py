@@ -65,7 +65,7 @@ def write_ids(files: dict[str, bytes], tok, path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.suffix_code_task", description=__doc__.splitlines()[0])
     ap.add_argument("--package", default=PACKAGE)
     ap.add_argument("--earlier", default=EARLIER)
     ap.add_argument("--later", default=LATER)

@@ -5,6 +5,7 @@ every documented `python -m lookupkit.bench.NAME` still resolving to a module th
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,10 @@ def test_load_results_refuses_another_study(tmp_path):
         harness.load_results(path, "code-engines", "a code-engines result", "w")
     with pytest.raises(InputError, match="cannot read"):
         harness.load_results(tmp_path / "none.json", "engines", "an engines bench result", "w")
+
+
+def test_a_recorded_command_runs_again_as_written():
+    argv = ["--inputs", "lookup-create -f a b.txt -lcs c.lkc", "--pairs", "9"]
+    line = harness.command("lookupkit.bench.verdict", argv)
+    assert line.startswith("python -m lookupkit.bench.verdict ")
+    assert shlex.split(line) == ["python", "-m", "lookupkit.bench.verdict", *argv]

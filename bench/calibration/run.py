@@ -31,19 +31,11 @@ import numpy as np
 
 from lookupkit.bench.models import bench_dir, ensure_model
 from lookupkit.bench.harness import RESULTS, SHARED, git_state, loadavg, machine
+from lookupkit import verify_cost
 from lookupkit.rules import DEFAULT_CTX
 
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 SIZES = (0, 25, 50, 100, 200, 541)
-
-
-def _cost():
-    """The verify-cost model's module (lookupkit.verify_cost; lookupkit.replay.cost before it moved)."""
-    try:
-        from lookupkit import verify_cost
-    except ImportError:
-        from lookupkit.replay import cost as verify_cost
-    return verify_cost
 
 
 def log(msg: str) -> None:
@@ -64,8 +56,7 @@ def expected_table(curve: dict, eval_path: Path, workdir: Path, n_ctx: int, n_dr
     from lookupkit import StaticCache
     from lookupkit.corpora import read_token_file
     from lookupkit.replay import replay
-    REPORTED_COSTS, VerifyCost, break_even, speedup = (getattr(_cost(), n) for n in
-                                                       ("REPORTED_COSTS", "VerifyCost", "break_even", "speedup"))
+    from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost, break_even, speedup
 
     ids = read_token_file(eval_path)
     cost = VerifyCost(curve=curve, source="measured")
@@ -201,7 +192,6 @@ def wall_clock_check(model: Path, cal: dict, static_path: Path | None, threads: 
 def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, position: int, out_dir: Path,
         workdir: Path, skip_table: bool = False, curve: Path | None = None) -> Path:
     from lookupkit.integrations.calibrate import calibrate
-    save_curve = _cost().save_curve
     from lookupkit import StaticCache  # noqa: F401  (import before timing anything)
 
     model = ensure_model("Q8_0", log=log)
@@ -215,7 +205,7 @@ def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, positio
                        f"--runs {runs} --prompt-len {prompt_len} --position {position}"}
     t0 = time.perf_counter()
     if curve is not None:  # an earlier calibration (its own file records how it was made)
-        cal = _cost().load_curve(curve)
+        cal = verify_cost.load_curve(curve)
         data["calibration_from"] = str(curve)
         data["command"] += f" --curve {curve}"
         if cal.get("threads") != threads:
@@ -224,7 +214,7 @@ def run(threads: int, reps: int, n_new: int, runs: int, prompt_len: int, positio
         log(f"calibrate {model.name}: k = 0..16 at position {position}, {reps} reps, {threads} threads")
         cal = calibrate(model, reps=reps, max_k=16, position=position, threads=threads)
         cal["seconds"] = time.perf_counter() - t0
-        save_curve(cal, out.with_suffix(".curve.json"))
+        verify_cost.save_curve(cal, out.with_suffix(".curve.json"))
     cal["curve"] = {int(k): v for k, v in cal["curve"].items()}
     data["calibration"] = {**{k: v for k, v in cal.items() if k not in ("raw_s", "format")},
                            "seconds": cal.get("seconds", time.perf_counter() - t0),

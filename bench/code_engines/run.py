@@ -35,7 +35,6 @@ import argparse
 import hashlib
 import json
 import random
-import sys
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
@@ -47,7 +46,7 @@ from lookupkit.bench import llama_server
 from lookupkit.bench.engines.rows import public, server_rows
 from lookupkit.bench.engines.run import Session, deadline_of, expected_runs, log, run_all, to_lcs, versions
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import entry, git_state, machine
+from lookupkit.bench.harness import entry, command, git_state, machine
 
 TASK = "code"
 CACHE_SX, CACHE_2 = "code-o6-sx.lkc", "code-2.lkc"  # in --caches
@@ -258,7 +257,7 @@ def _main(args) -> None:
         sess.result = {
             "kind": "code-engines", "date": date, "quick": args.quick, "complete": False,
             "git": git_state(), "machine": machine(gate=True, log=log), "versions": versions(),
-            "command": " ".join(["python -m lookupkit.bench.code_engines", *sys.argv[1:]]),
+            "command": command("lookupkit.bench.code_engines"),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "files"},
             "files": {k: str(p) for k, p in f.items()}, "lcs": str(lcs) if lcs else None,
             "tables_about": {k: table_about(f[k]) for k in ("sx", "nosx")},

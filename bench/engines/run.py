@@ -47,7 +47,7 @@ from lookupkit.bench.engines.rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows,
 from lookupkit.bench.engines.costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
 from lookupkit.bench.generations import PROMPT_WORDS, paragraphs, prompt_text
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, SHARED, entry, git_state, loadavg, machine
+from lookupkit.bench.harness import RESULTS, SHARED, entry, command, git_state, loadavg, machine
 
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
 TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
@@ -293,7 +293,7 @@ def _main(args) -> None:
     sess.result = result = {
         "kind": "engines", "date": date, "quick": args.quick, "complete": False,
         "git": git_state(), "machine": machine(gate=True, log=log), "versions": versions(),
-        "command": " ".join(["python -m lookupkit.bench.engines", *sys.argv[1:]]),
+        "command": command("lookupkit.bench.engines"),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "caches": {c: str(p) for c, p in caches.items()}, "caches_missing": missing,
         "lcs": {c: str(p) for c, p in lcs.items()},

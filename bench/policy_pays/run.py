@@ -37,6 +37,7 @@ from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 WORK = bench_dir()  # where `lookupkit bench` leaves its prefix ids ($LOOKUPKIT_CACHE_DIR honoured)
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 QWEN2 = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
+N_DRAFT = 8  # the most tokens per draft call, for the rule and the policy alike (issue 9's replays)
 COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the costs the policy drafts for; the report needs each of REPORTED_COSTS
 CREATE = [sys.executable, "-c", "from lookupkit.cli.create import main; main()"]  # lookup-create
 
@@ -59,7 +60,7 @@ def _replay(ids, static, policy, runs: int) -> dict:
     out = None
     times = []
     for _ in range(runs):
-        trace, _ = replay_fast(ids, DEFAULT_CTX, 8, static=static, policy=policy)
+        trace, _ = replay_fast(ids, DEFAULT_CTX, N_DRAFT, static=static, policy=policy)
         times.append(trace.t_draft_s * 1e6 / len(trace.n_drafted))
         out = trace
     s = out.summary()
@@ -72,7 +73,7 @@ def _replay(ids, static, policy, runs: int) -> dict:
 def _rows(ids, plain, rich, tables, runs: int) -> dict:
     rows = {"llama.cpp": _replay(ids, plain, None, runs)}
     for c in COSTS:
-        pol = make_policy(tables, VerifyCost.of(c).at, 8, rich.high if rich is not None else None)
+        pol = make_policy(tables, VerifyCost.of(c).at, N_DRAFT, rich.high if rich is not None else None)
         rows[f"lookupkit C={c:g}"] = _replay(ids, rich, pol, runs)
     return rows
 
@@ -121,7 +122,7 @@ def code(runs: int, tables, package: str = "numpy") -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.policy_pays", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="0,25,100,541")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--skip-code", action="store_true")
@@ -134,7 +135,7 @@ def main(argv=None) -> None:
     tables = load_tables()
     commit = git_state()["commit"]
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-              "eval": EVAL.name, "n_ctx": DEFAULT_CTX, "n_draft": 8, "costs": list(REPORTED_COSTS),
+              "eval": EVAL.name, "n_ctx": DEFAULT_CTX, "n_draft": N_DRAFT, "costs": list(REPORTED_COSTS),
               "wiki": wiki([int(s) for s in a.sizes.split(",")], a.runs, tables)}
     if not a.skip_code:
         result["code"] = code(a.runs, tables)

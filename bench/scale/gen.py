@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from lookupkit.files import atomic_writer
 from lookupkit.kernels import GOLDEN
 
 TABLE_BITS = 22
@@ -94,14 +95,12 @@ def generate(path: str | os.PathLike, n_tokens: int, g: ZipfMarkov = ZipfMarkov(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table, cdf = _unigram_table(g), _rank_cdf(g)
-    tmp = path.with_name(path.name + ".part")
     prev, buf = -1, np.empty(BLOCK, np.int32)
-    with open(tmp, "wb") as f:
+    with atomic_writer(path) as f:
         for b, start in enumerate(range(0, n_tokens, BLOCK)):
             out = buf[: min(BLOCK, n_tokens - start)]
             prev = _fill(out, prev, table, cdf, g.reset, g.seed, b)
             f.write(out.astype("<i4").data)
-    os.replace(tmp, path)
     return path
 
 
@@ -134,8 +133,3 @@ def fit_power(rows: list[dict], what: str) -> tuple[float, float]:
     b, la = np.polyfit(x, y, 1)
     return float(math.exp(la)), float(b)
 
-
-def fit_local(rows: list[dict], what: str) -> float:
-    """The log-log slope between the last two points (the growth exponent where it is measured last)."""
-    r0, r1 = rows[-2], rows[-1]
-    return math.log(r1[what] / r0[what]) / math.log(r1["tokens"] / r0["tokens"])

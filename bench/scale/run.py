@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -28,6 +27,7 @@ import numpy as np
 from lookupkit.bench.harness import bench_dir, machine, output_dir
 from lookupkit.bench.measure import run, script
 from lookupkit.bench.scale.gen import ZipfMarkov, fit_power, generate, growth
+from lookupkit.files import atomic_writer
 
 DATA = bench_dir() / "scale"
 SIZES = "30.5M,61M,122M,244M,610M"
@@ -45,14 +45,12 @@ def prefix_file(full: Path, n: int) -> Path:
     path = full.with_name(f"{full.stem}-{n}.i32")
     if path.exists() and path.stat().st_size == 4 * n:
         return path
-    tmp = path.with_name(path.name + ".part")
-    with open(full, "rb") as src, open(tmp, "wb") as dst:
+    with open(full, "rb") as src, atomic_writer(path) as dst:
         left = 4 * n
         while left:
             chunk = src.read(min(left, 64 << 20))
             dst.write(chunk)
             left -= len(chunk)
-    os.replace(tmp, path)
     return path
 
 

@@ -116,7 +116,7 @@ def measure(http: str, tokens: int, requests: int) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve.overhead", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=20000, help="tokens in each stream")
     ap.add_argument("--requests", type=int, default=300, help="sequential non-streamed requests")
     ap.add_argument("--json", action="store_true", help="print one JSON object")

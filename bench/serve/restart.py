@@ -20,7 +20,7 @@ from pathlib import Path
 from lookupkit.errors import LookupkitError
 from lookupkit.files import atomic_writer
 from lookupkit.rules import DEFAULT_CTX
-from lookupkit.bench.harness import RESULTS, git_state, machine
+from lookupkit.bench.harness import RESULTS, command, git_state, machine
 from lookupkit.bench.serve import client
 from lookupkit.bench.serve.run import CURVE, POLICY_DRAFT, log
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
@@ -62,7 +62,7 @@ def run(args) -> None:
     ids = prompts("code", args.prompts, args.seed, tokenize, tokenize("")[0], code, args.n_new)
     flags = ["--policy", "lookupkit", "--verify-cost", str(CURVE), "--draft", str(POLICY_DRAFT),
              "-lcs", str(args.caches / f"{TASK_CACHE['code']}.lkc"), "--learn", "history"]
-    out = {"command": " ".join(["python -m lookupkit.bench.serve.restart", *sys.argv[1:]]), "git": git_state(),
+    out = {"command": command("lookupkit.bench.serve.restart"), "git": git_state(),
            "machine": machine(gate=True), "flags": flags, "prompts": args.prompts, "n_new": args.n_new}
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "served.lkh"

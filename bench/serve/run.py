@@ -26,7 +26,7 @@ from lookupkit.files import atomic_writer
 from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench import llama_server
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, git_state, machine, warm_file
+from lookupkit.bench.harness import RESULTS, command, git_state, machine, warm_file
 from lookupkit.bench.serve import client
 from lookupkit.bench.llama_server import llama_server_cmd
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
@@ -349,7 +349,7 @@ def _main(args) -> None:
         table = [r for r in table if r["name"] in wanted]
     result = {"kind": "serve", "date": date, "quick": args.quick, "complete": False, "git": git_state(),
               "machine": machine(), "versions": versions(),
-              "command": " ".join(["python -m lookupkit.bench.serve", *sys.argv[1:]]),
+              "command": command("lookupkit.bench.serve"),
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "cache_commands": cache_commands(), "task_cache": TASK_CACHE, "policy_draft": args.policy_draft,
               "rows": table, "prompt_tokens": ids, "tasks": {}, "concurrency": {}, "startup": None}

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lookupkit.bench.harness import RESULTS, git_state, loadavg, machine, output_dir, warm_file
+from lookupkit.bench.harness import RESULTS, command, git_state, loadavg, machine, output_dir, warm_file
 from lookupkit.bench.startup.run import CHILD, EVAL, REPO, SHARED, child_env, copy_package, log_default, spawn, summary
 
 PROMPT_TEXT = SHARED / "corpora" / "wiki.test.raw"
@@ -190,7 +190,7 @@ def main(argv=None) -> None:
     trees = {"after": REPO, **({"before": a.tree.resolve()} if a.tree else {})}
     warm_file(a.cache)
     data = {"machine": machine(gate=True), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "command": "python -m lookupkit.bench.startup.compare " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": command("lookupkit.bench.startup.compare", argv),
             "compare": run_compare(trees, a.runs, a.cache, a.tokens, None if a.no_model else default_model(), a.threads)}
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     data["machine"]["loadavg_at_end"] = loadavg()

@@ -42,7 +42,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from lookupkit.bench.harness import (RESULTS, SHARED, bench_dir, git_state, loadavg, machine, source_checkout, spread,
+from lookupkit.bench.harness import (RESULTS, SHARED, bench_dir, command, git_state, loadavg, machine, source_checkout, spread,
                                      warm_file)
 
 REPO = source_checkout() or Path(__file__).resolve().parents[2]  # copy_package copies a checkout's layout
@@ -383,7 +383,7 @@ def main(argv=None) -> None:
         cache = found[-1]
     warm_file(cache)
     data = {"machine": machine(gate=True), **git_state(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "command": "python -m lookupkit.bench.startup " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": command("lookupkit.bench.startup", argv),
             "startup": run_startup(cache, a.runs, a.tokens, quick=a.quick)}
     data["startup_command"] = data["command"]
     data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")

@@ -44,7 +44,7 @@ import numpy as np
 from lookupkit.build.memory_budget import parse_size
 from lookupkit.tokenizer import Tokenizer
 
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, command, git_state, machine
 from lookupkit.bench.tokenize_corpora.speed import corpus_bytes, llama_cpp_ids, spread
 
 DOC = Path("/usr/share/doc")
@@ -186,8 +186,7 @@ def main(argv=None) -> dict:
     import lookupkit
 
     result = {"machine": machine(gate=True), "git": git_state(), "lookupkit": str(Path(lookupkit.__file__).parent),
-              "model": str(args.model), "command": " ".join(["python -m lookupkit.bench.tokenize_corpora",
-                                                             *(argv if argv is not None else sys.argv[1:])]),
+              "model": str(args.model), "command": command("lookupkit.bench.tokenize_corpora", argv),
               "corpora": {}}
     start = time.process_time()
     tok = Tokenizer.from_file(args.model)

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from datetime import date
 from pathlib import Path
 
 from lookupkit.bench.generations import paragraphs, prompt_text
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, loadavg, machine
-from lookupkit.bench.verdict.report import COMMAND, analyse, summarise, write_report
+from lookupkit.bench.harness import RESULTS, SHARED, command, git_state, loadavg, machine
+from lookupkit.bench.verdict.report import analyse, summarise, write_report
 
 
 def run(args) -> dict:
@@ -74,7 +73,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.verdict", description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", default="gemma-3-270m", help="GGUF path or a lookupkit.models name")
     ap.add_argument("--text", type=Path, default=SHARED / "corpora" / "wiki.test.raw", help="held-out paragraphs")
     ap.add_argument("--prompts", type=int, default=3)
@@ -93,7 +92,7 @@ def main(argv=None) -> None:
                     "for the report; repeat for each)")
     ap.add_argument("--report", action="store_true", help="write the section of bench/RESULTS.md from every run in --out")
     args = ap.parse_args(argv)
-    args.command = COMMAND + " " + " ".join(argv if argv is not None else os.sys.argv[1:])
+    args.command = command("lookupkit.bench.verdict", argv)
     if not args.text.is_file():
         raise SystemExit(f"error: {args.text} not found: give --text (WikiText-103 test paragraphs, ../shared/corpora)")
     doc = run(args)
