@@ -50,7 +50,7 @@ def test_opening_a_format_loads_no_counts():
     """At run time too: the package's face imports its registry (and the writers, and the counts) at first
     use only, so the counts' own import of formats.spans and the policy's of formats.lkc_orders stay below."""
     code = ("import sys; import lookupkit.formats; from lookupkit.formats import constmap_probe, ggngcmap, lkc_read, "
-            "lkc_orders, lkc_suffix, spans, history_state; "
+            "lkc_orders, lkc_suffix, spans, history_state, token_store; "
             "print(sorted(m for m in sys.modules if m.startswith('lookupkit.') and m.split('.')[1] != 'formats'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -1,12 +1,16 @@
-"""The token store: entries round-trip, bad entries, and tokenize-once reuse that gives exactly the ids of
+"""The token store: the `.lkt` container round-trips and refuses what it did not write, entries round-trip,
+bad entries, and tokenize-once reuse that gives exactly the ids of
 tokenizing the consumed bytes on their own (whole corpus, prefixes, grown and changed corpora)."""
 
 import copy
+import io
 import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+from lookupkit.formats import token_store
 from lookupkit.tokenizer import store as tokstore
 from lookupkit.corpora import TextBudget, TextFile
 from lookupkit.build import tokenized
@@ -62,6 +66,79 @@ def gpt2():
 
 def build(path, tok, store, limit=None, cut="line"):
     return tokenize_source(TextFile(path), TextBudget(limit, cut), tok, store)
+
+
+# -- the container (formats/token_store.py) ----------------------------------------------------
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text("abc é東", max_size=6),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("xyz", max_size=4), inner,
+                                                                               max_size=3), max_leaves=8)
+
+
+def container(ids: np.ndarray, cuts: list[int], checkpoints=(), **info) -> tuple[bytes, dict]:
+    """The bytes of a container holding `ids` in frames cut at `cuts`, and the index it wrote."""
+    f = io.BytesIO()
+    w = token_store.Writer(f)
+    for part in np.split(ids, sorted(cuts)):
+        if len(part):
+            w.frame(part)
+    index = w.close(vocab="v", mode="m", n_bytes=info.pop("n_bytes", 99), sha256="ab" * 32,
+                    checkpoints=checkpoints, **info)
+    return f.getvalue(), index
+
+
+def read_all(data: bytes, index: dict) -> np.ndarray:
+    return np.concatenate([token_store.read_frame(data, fr) for fr in index["frames"]] or [np.zeros(0, "<i4")])
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 3000), n_cuts=st.integers(0, 5), extra=st.dictionaries(
+    st.text("qrs", min_size=1, max_size=4), JSON, max_size=3), n_bytes=st.integers(1, 2**40), data=st.data())
+def test_the_container_round_trips_and_refuses_a_cut_or_changed_frame_of_itself(seed, n, n_cuts, extra, n_bytes,
+                                                                              data):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype("<i4")
+    cuts = [int(c) for c in rng.integers(0, n + 1, n_cuts)]
+    checkpoints = data.draw(st.lists(st.tuples(st.integers(1, n_bytes), st.integers(0, n), st.text("0123abcdef"),
+                                               st.integers(0, 9)), max_size=4))
+    raw, index = container(ids, cuts, checkpoints, n_bytes=n_bytes, **extra)
+    assert raw[:8] == raw[-8:] == token_store.MAGIC
+    got = token_store.read_index(raw)
+    assert got == index and got["n_tokens"] == n and got["n_bytes"] == n_bytes
+    assert got["checkpoints"] == [list(c) for c in checkpoints] and all(got[k] == v for k, v in extra.items())
+    assert np.array_equal(read_all(raw, got), ids)
+    cut = data.draw(st.integers(0, len(raw) - 1))
+    with pytest.raises(FormatError, match="not a valid token store entry"):
+        token_store.read_index(raw[:cut])
+
+
+def test_the_container_is_refused_whole_when_its_bytes_are_wrong():
+    raw, index = container(np.arange(5000, dtype="<i4"), [1000, 4000], [(3, 2, "00" * 32, 0)], n_bytes=10)
+    trailer = token_store.TRAILER.size
+    assert token_store.read_index(raw) == index
+    cases = {
+        "empty": b"",
+        "truncated": raw[:-5],
+        "wrong magic": b"LKTOK002" + raw[8:],
+        "wrong trailing magic": raw[:-8] + b"LKTOK002",
+        "index length past the end": raw[:-trailer] + token_store.TRAILER.pack(len(raw), token_store.MAGIC),
+        "index length of 2^64 - 1": raw[:-trailer] + token_store.TRAILER.pack(2**64 - 1, token_store.MAGIC),
+        "index not JSON": raw[:-trailer - 1] + b"}}" + raw[-trailer:],
+        "another version": raw.replace(b'"version": 1', b'"version": 2'),
+        "a frame past the index": raw.replace(b'"frames": [[8, ', b'"frames": [[9999999, '),
+        "a checkpoint past the document": raw.replace(b'[[3, 2, ', b'[[11, 2, '),
+        "garbage": b"LKTOK001" + b"\x00" * 100,
+    }
+    for why, bad in cases.items():
+        assert bad != raw, why
+        with pytest.raises(FormatError, match="not a valid token store entry"):
+            token_store.read_index(bad)
+    first = index["frames"][0]
+    flipped = bytearray(raw)
+    flipped[first[0] + first[1] // 2] ^= 0xFF
+    with pytest.raises(FormatError, match="entry is corrupted"):
+        token_store.read_frame(bytes(flipped), first)
+    with pytest.raises(FormatError, match="x.lkt is corrupted \\(a frame has the wrong size\\)"):
+        token_store.read_frame(raw, [first[0], first[1], first[2] + 1], name="x.lkt")
 
 
 # -- entries ----------------------------------------------------------------------------------

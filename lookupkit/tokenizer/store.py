@@ -5,7 +5,8 @@ a JSON index: the frames, the document's size and sha256, and checkpoints (byte 
 sha256 of the bytes before it) at line ends where the tokenizer may cut. A later build whose bytes
 match an entry up to a checkpoint reuses the tokens before it (see lookupkit/build/tokenized.py).
 
-File: b"LKTOK001" | frames | index (UTF-8 JSON) | u64 LE index length | b"LKTOK001".
+File: b"LKTOK001" | frames | index (UTF-8 JSON) | u64 LE index length | b"LKTOK001", the `.lkt` layout
+that lookupkit.formats.token_store writes and reads (formats/SPEC.md); this module is the cache around it.
 Name: `<lookup>-<key>.lkt` in `$LOOKUPKIT_CACHE_DIR/tokens` (default ~/.cache/lookupkit/tokens), where
 key = sha256(document sha256, vocab fingerprint, mode) and lookup = sha256(sha256 of the first
 HEAD_BYTES, vocab fingerprint, mode)[:16], the part a prefix of the same corpus shares. Entries are
@@ -16,10 +17,8 @@ not parse is ignored (it is a cache); a frame that fails its zstd checksum is a 
 from __future__ import annotations
 
 import hashlib
-import json
 import mmap
 import os
-import struct
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +30,10 @@ import zstandard
 from ..files import atomic_writer
 from ..files import default_root, ensure_dir
 from ..errors import FormatError, InputError
+from ..formats import token_store
 
-MAGIC = b"LKTOK001"
-VERSION = 1
-FRAME_TOKENS = 2**20
+FRAME_TOKENS = 2**20  # ids per frame as written (a reader takes frames of any size)
 HEAD_BYTES = 2**20
-_TRAILER = struct.Struct("<Q8s")
 
 
 def _digest(*parts: str) -> str:
@@ -75,8 +72,9 @@ class Entry:
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
             return None
-        index = _parse_index(mm)
-        if index is None:
+        try:
+            index = token_store.read_index(mm)
+        except FormatError:
             mm.close()
             return None
         return cls(path, mm, index)
@@ -86,41 +84,18 @@ class Entry:
         stop = self.n_tokens if stop is None else stop
         dctx = zstandard.ZstdDecompressor()
         done = 0
-        for offset, length, n in self._frames:
+        for frame in self._frames:
             if done >= stop:
                 break
             try:
-                raw = dctx.decompress(memoryview(self._mm)[offset:offset + length])
-            except zstandard.ZstdError as exc:
-                raise FormatError(f"token cache entry {self.path} is corrupted ({exc}); delete it or "
-                                  "build with --no-token-cache") from None
-            if len(raw) != 4 * n:
-                raise FormatError(f"token cache entry {self.path} is corrupted (a frame has the wrong size)")
-            ids = np.frombuffer(raw, dtype="<i4")
+                ids = token_store.read_frame(self._mm, frame, dctx, f"token cache entry {self.path}")
+            except FormatError as exc:
+                raise FormatError(f"{exc}; delete it or build with --no-token-cache") from None
             yield ids[:stop - done]
-            done += n
+            done += len(ids)
 
     def close(self) -> None:
         self._mm.close()
-
-
-def _parse_index(mm: mmap.mmap) -> dict | None:
-    size = len(mm)
-    if size < 2 * len(MAGIC) + _TRAILER.size or mm[:8] != MAGIC:
-        return None
-    length, magic = _TRAILER.unpack_from(mm, size - _TRAILER.size)
-    start = size - _TRAILER.size - length
-    if magic != MAGIC or not 8 <= start < size:
-        return None
-    try:
-        index = json.loads(mm[start:start + length])
-        frames = index["frames"]
-        ok = (index["version"] == VERSION and sum(n for _, _, n in frames) == index["n_tokens"]
-              and all(8 <= o and o + ln <= start and n >= 0 for o, ln, n in frames)
-              and all(0 < b <= index["n_bytes"] and 0 <= t <= index["n_tokens"] for b, t, _, _ in index["checkpoints"]))
-    except (ValueError, KeyError, TypeError):
-        return None
-    return index if ok else None
 
 
 class EntryWriter:
@@ -131,10 +106,8 @@ class EntryWriter:
 
     def __init__(self, store: "TokenStore", lookup: str, vocab: str, mode: str):
         self._store, self._lookup, self._vocab, self._mode = store, lookup, vocab, mode
-        self._cctx = zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
-        self._frames: list[list[int]] = []
         self.checkpoints: list[Checkpoint] = []
         self.n_tokens = 0
         self._final: dict | None = None
@@ -144,9 +117,7 @@ class EntryWriter:
         ensure_dir(self._store.root, "the token cache directory")
         self._tmp = self._store.root / f".incoming-{uuid.uuid4().hex}.lkt"
         self._writer = atomic_writer(self._tmp)
-        self._f = self._writer.__enter__()
-        self._f.write(MAGIC)
-        self._offset = len(MAGIC)
+        self._file = token_store.Writer(self._writer.__enter__())
         return self
 
     def add(self, ids: np.ndarray) -> None:
@@ -167,10 +138,7 @@ class EntryWriter:
     def _flush(self, n: int) -> None:
         ids = np.concatenate(self._pending)
         frame, rest = ids[:n], ids[n:]
-        data = self._cctx.compress(frame.tobytes())
-        self._f.write(data)
-        self._frames.append([self._offset, len(data), len(frame)])
-        self._offset += len(data)
+        self._file.frame(frame)
         self._pending, self._pending_n = ([rest] if len(rest) else []), len(rest)
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -181,12 +149,8 @@ class EntryWriter:
             return
         if self._pending_n:
             self._flush(self._pending_n)
-        index = {"version": VERSION, "vocab": self._vocab, "mode": self._mode, "n_tokens": self.n_tokens,
-                 "frames": self._frames, **self._final,
-                 "checkpoints": [[c.byte, c.token, c.sha256, c.replaced] for c in self.checkpoints]}
-        blob = json.dumps(index).encode()
-        self._f.write(blob)
-        self._f.write(_TRAILER.pack(len(blob), MAGIC))
+        self._file.close(vocab=self._vocab, mode=self._mode, **self._final,
+                         checkpoints=[[c.byte, c.token, c.sha256, c.replaced] for c in self.checkpoints])
         self._writer.__exit__(None, None, None)
         final = self._store.root / f"{self._lookup}-{_digest(self._final['sha256'], self._vocab, self._mode)}.lkt"
         try:
