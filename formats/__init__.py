@@ -6,8 +6,8 @@ has one (the legacy file has none), by extension otherwise; conversions always g
 StaticTable, never format to format (`lookupkit.static.read_table` reads any format into one).
 
 Every on-disk fact is named here, and the package sits below the core: what reads a file imports
-nothing of lookupkit but its leaf modules (errors, files, kernels, _version), so counts, static, suffix,
-policy and draft import it; what writes a file from a table, or reads one into a table, sits above the
+nothing of lookupkit but its leaf modules (errors, files, kernels, _version), so tokenizer, counts, static,
+suffix, policy and draft import it; what writes a file from a table, or reads one into a table, sits above the
 counts and below static, policy and draft (tests/test_format_layers.py holds both).
 
 Readers and layouts (below the counts): constmap (VMAP0001, the map every format holds: layout and
