@@ -23,8 +23,7 @@ import random
 import time
 from pathlib import Path
 
-from lookupkit.bench.harness import SHARED
-from lookupkit.files import atomic_writer
+from lookupkit.bench.harness import SHARED, entry, write_text
 
 CORPORA = SHARED / "corpora"
 PROMPT_WORDS = 250
@@ -54,7 +53,7 @@ def select(path: Path, n: int, seed: int) -> list[str]:
     return random.Random(seed).sample(paras, min(n, len(paras)))
 
 
-def main(argv=None) -> None:
+def _main(argv) -> None:
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.generations", description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", required=True, help="GGUF model path or a lookupkit.models name")
     ap.add_argument("-o", "--output", type=Path, required=True)
@@ -92,11 +91,14 @@ def main(argv=None) -> None:
                 gen.append(int(tok))
             doc["sequences"].append({"task": task, "paragraph": i, "prompt_len": len(prompt),
                                      "tokens": list(prompt) + gen})
-        with atomic_writer(a.output) as f:  # after every paragraph: an interrupt loses one
-            f.write(json.dumps(doc).encode())
+        write_text(a.output, json.dumps(doc))  # after every paragraph: an interrupt loses one
         print(f"{i + 1}/{a.prompts} paragraphs, {time.perf_counter() - t0:.0f} s", flush=True)
     out = doc["sequences"]
     print(f"wrote {a.output}: {len(out)} sequences")
+
+
+def main(argv=None) -> None:
+    entry(_main, argv)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,15 @@ def command(module: str, argv=None) -> str:
     return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
 
 
+def write_text(path: Path, text: str) -> None:
+    """A study's output, written whole or not at all (files.atomic_writer): an interrupted study never leaves
+    half a results file, nor loses the runs one already held."""
+    from lookupkit.files import atomic_writer
+
+    with atomic_writer(path) as f:
+        f.write(text.encode())
+
+
 def git_state(repo: Path | None = None) -> dict:
     """The commit the study ran on and whether the work tree had changes ({"commit": None} outside git)."""
     import subprocess

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lookupkit.bench.harness import entry
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer, default_root
 
@@ -64,7 +65,7 @@ def write_ids(files: dict[str, bytes], tok, path: Path) -> int:
     return sum(len(d) for d in docs.values())
 
 
-def main(argv: list[str] | None = None) -> None:
+def _main(argv) -> None:
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.suffix_code_task", description=__doc__.splitlines()[0])
     ap.add_argument("--package", default=PACKAGE)
     ap.add_argument("--earlier", default=EARLIER)
@@ -92,6 +93,10 @@ def main(argv: list[str] | None = None) -> None:
         res["corpus_tokens"] = write_ids(old, tok, out / "corpus.npz")
         res["eval_tokens"] = write_ids(changed, tok, out / "eval.npz")
     print(json.dumps(res))
+
+
+def main(argv=None) -> None:
+    entry(_main, argv)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from lookupkit.files import atomic_writer
 from lookupkit.bench.engines.report import first_divergence, plain_row
-from lookupkit.bench.harness import load_results, output_dir, report_entry, spread
+from lookupkit.bench.harness import load_results, output_dir, report_entry, spread, write_text
 
 HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 SUFFIX = "sx"  # rules.SOURCE_NAMES of the suffix source
@@ -236,8 +235,7 @@ def render_markdown(data: dict, results_name: str) -> str:
 def render(results: Path, md_out: Path = HERE / "ENGINES_CODE.md") -> str:
     data = load(results)
     md = render_markdown(data, Path(results).name)
-    with atomic_writer(md_out) as f:
-        f.write(md.encode())
+    write_text(md_out, md)
     return md
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lookupkit.files import atomic_writer
 from lookupkit.bench.engines.rows import cache_command
-from lookupkit.bench.harness import load_results, output_dir, report_entry
+from lookupkit.bench.harness import load_results, output_dir, report_entry, write_text
 
 HERE = output_dir()  # where its markdown goes by default: see lookupkit.bench.harness
 PREDICT_TOLERANCE = 0.15  # issue 13 item 6: replay + calibration within 15 % of measured generation time
@@ -301,8 +301,7 @@ def render(results: Path, md_out: Path = HERE / "ENGINES.md", png_out: Path = HE
     data = load(results)
     figs = summarise(data)
     md = render_markdown(data, figs, Path(results).name)
-    with atomic_writer(md_out) as f:
-        f.write(md.encode())
+    write_text(md_out, md)
     plot(data, figs, png_out)
     return md
 

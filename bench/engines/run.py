@@ -41,13 +41,12 @@ import time
 from pathlib import Path
 
 from lookupkit.errors import InputError
-from lookupkit.files import atomic_writer
 from lookupkit.bench import llama_server
 from lookupkit.bench.engines.rows import CACHES, SERVER_LCS, hf_rows, lcpp_rows, public, rule_cache, server_rows
 from lookupkit.bench.engines.costs import lcs_load_costs, lookupkit_open_costs, replay_prediction
 from lookupkit.bench.generations import PROMPT_WORDS, paragraphs, prompt_text
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, SHARED, entry, command, git_state, loadavg, machine
+from lookupkit.bench.harness import RESULTS, SHARED, command, entry, git_state, loadavg, machine, write_text
 
 VALID = SHARED / "corpora" / "wiki.valid.tokens"
 TASKS = ("wiki", "copy")  # bench/generations.py's prompt_text makes both
@@ -91,8 +90,7 @@ class Session:
     def checkpoint(self, runs, **extra) -> None:
         self.result.update(runs=runs, wall_s=time.time() - self.t_start, **extra)
         self.result["loadavg"] = {**self.load, "now": loadavg()}
-        with atomic_writer(self.out) as f:
-            f.write((json.dumps(self.result) + "\n").encode())
+        write_text(self.out, json.dumps(self.result) + "\n")
 
 
 # -- prompts ---------------------------------------------------------------------------------------

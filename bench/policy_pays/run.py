@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 
 from lookupkit import StaticCache, Tokenizer
-from lookupkit.bench.harness import RESULTS, SHARED, bench_dir, git_state
+from lookupkit.bench.harness import RESULTS, SHARED, bench_dir, entry, git_state, write_text
 from lookupkit.bench.policy_pays.report import report
 from lookupkit.corpora import read_token_file
+from lookupkit.errors import InputError
 from lookupkit.policy.confidence import load as load_tables
 from lookupkit.policy.chain import make_policy
 from lookupkit.replay.loop import replay_fast
@@ -121,7 +122,7 @@ def code(runs: int, tables, package: str = "numpy") -> dict:
             "bytes_o2": two.stat().st_size, "bytes_o6": six.stat().st_size}
 
 
-def main(argv=None) -> None:
+def _main(argv) -> None:
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.policy_pays", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="0,25,100,541")
     ap.add_argument("--runs", type=int, default=3)
@@ -132,19 +133,26 @@ def main(argv=None) -> None:
     if a.report is not None:
         print(report(json.loads(a.report.read_text())))
         return
+    try:
+        sizes = [int(s) for s in a.sizes.split(",")]
+    except ValueError:
+        raise InputError(f"--sizes takes MB sizes separated by commas (e.g. 0,25,100,541), got {a.sizes!r}") from None
     tables = load_tables()
     commit = git_state()["commit"]
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
               "eval": EVAL.name, "n_ctx": DEFAULT_CTX, "n_draft": N_DRAFT, "costs": list(REPORTED_COSTS),
-              "wiki": wiki([int(s) for s in a.sizes.split(",")], a.runs, tables)}
+              "wiki": wiki(sizes, a.runs, tables)}
     if not a.skip_code:
         result["code"] = code(a.runs, tables)
     out = a.output or RESULTS / f"policy-{datetime.date.today()}.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_text(out, json.dumps(result, indent=1) + "\n")
     print(report(result))
     print(f"wrote {out}")
 
 
+def main(argv=None) -> None:
+    entry(_main, argv)
+
+
 if __name__ == "__main__":
     main()
-

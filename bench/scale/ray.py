@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from lookupkit.bench.measure import run, script
-from lookupkit.bench.harness import SHARED, machine, output_dir
+from lookupkit.bench.harness import SHARED, machine, output_dir, write_text
 from lookupkit.bench.scale.run import DATA, _count, corpus
 from lookupkit.bench.scale.gen import ZipfMarkov
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                 assert all(r["sha256"] == ref for r in rows), f"{name} {mode} -j {w}: bytes differ from -j 1"
                 res["cells"][f"{name} | {mode} | {w}"] = rows
                 print(name, mode, w, [r["wall_s"] for r in rows], flush=True)
-                (DATA / "results-ray.json").write_text(json.dumps(res, indent=1))
+                write_text(DATA / "results-ray.json", json.dumps(res, indent=1))
     if not a.no_report:
         report(res, a.out_dir)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.bench.harness import bench_dir, machine, output_dir
+from lookupkit.bench.harness import bench_dir, machine, output_dir, write_text
 from lookupkit.bench.measure import run, script
 from lookupkit.bench.scale.gen import ZipfMarkov, fit_power, generate, growth
 from lookupkit.files import atomic_writer
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         res["growth"] = growth(ids, sizes)
         del ids
         print(json.dumps(res["growth"]), file=sys.stderr)
-    results_path.write_text(json.dumps(res, indent=1))
+    write_text(results_path, json.dumps(res, indent=1))
     for n in sizes:
         runs = a.runs if n <= _count(a.repeat_max) else 1
         rows = []
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{n:,} tokens run {i + 1}/{runs}: {json.dumps(row)}", file=sys.stderr)
             rows.append(row)
             res["builds"][str(n)] = rows
-            results_path.write_text(json.dumps(res, indent=1))
+            write_text(results_path, json.dumps(res, indent=1))
     shutil.rmtree(DATA / "tmp", ignore_errors=True)
     if not a.no_report:
         report(res, a.out_dir)

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from lookupkit.bench.harness import loadavg
+from lookupkit.bench.harness import entry, loadavg
 
 CLIENT = r"""
 import json, socket, sys, time
@@ -115,7 +115,7 @@ def measure(http: str, tokens: int, requests: int) -> dict:
     return result
 
 
-def main(argv=None) -> None:
+def _main(argv) -> None:
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve.overhead", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=20000, help="tokens in each stream")
     ap.add_argument("--requests", type=int, default=300, help="sequential non-streamed requests")
@@ -137,6 +137,10 @@ def main(argv=None) -> None:
               f"(server CPU {r['completion_stream']['server_cpu_us_per_token']:.1f}); non-streamed request "
               f"{r['request']['median_us']:.0f} us median (server CPU {r['request']['server_cpu_us']:.0f})")
     print(f"load average {report['load'][0]:.2f}, {report['cpus']} CPUs")
+
+
+def main(argv=None) -> None:
+    entry(_main, argv)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
+from lookupkit.bench.harness import write_text
 from lookupkit.files import atomic_writer
 
 BASE, RIVAL, PLAIN = "server:none", "server:ngram-mod", "lk:plain"
@@ -255,8 +256,7 @@ def main(argv=None) -> None:
     res = json.loads(args.results.read_text())
     text = markdown(res)
     if args.md:
-        with atomic_writer(args.md) as f:
-            f.write(text.encode())
+        write_text(args.md, text)
     else:
         print(text, end="")
     if args.plot:

@@ -18,9 +18,8 @@ import tempfile
 from pathlib import Path
 
 from lookupkit.errors import LookupkitError
-from lookupkit.files import atomic_writer
 from lookupkit.rules import DEFAULT_CTX
-from lookupkit.bench.harness import RESULTS, command, git_state, machine
+from lookupkit.bench.harness import RESULTS, command, git_state, machine, write_text
 from lookupkit.bench.serve import client
 from lookupkit.bench.serve.run import CURVE, POLICY_DRAFT, log
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
@@ -81,8 +80,7 @@ def run(args) -> None:
     for k in ("pass1", "pass2", "pass3", "pass_reset"):
         log(f"{k}: {out[k]['decode_tok_per_s']:.1f} decode tok/s, {out[k]['accepted']}/{out[k]['drafted']} accepted")
     out["restart_over_before"] = out["pass3"]["decode_tok_per_s"] / out["pass2"]["decode_tok_per_s"]
-    with atomic_writer(args.output) as f:
-        f.write((json.dumps(out, indent=1) + "\n").encode())
+    write_text(args.output, json.dumps(out, indent=1) + "\n")
     log(f"after the restart {out['restart_over_before']:.2f}x the speed before it; wrote {args.output}")
 
 

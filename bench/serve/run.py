@@ -26,7 +26,7 @@ from lookupkit.files import atomic_writer
 from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench import llama_server
 from lookupkit.bench.models import bench_dir
-from lookupkit.bench.harness import RESULTS, command, git_state, machine, warm_file
+from lookupkit.bench.harness import RESULTS, command, git_state, machine, warm_file, write_text
 from lookupkit.bench.serve import client
 from lookupkit.bench.llama_server import llama_server_cmd
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
@@ -356,8 +356,7 @@ def _main(args) -> None:
 
     def save():
         result["loadavg_end"] = os.getloadavg()
-        with atomic_writer(out) as f:
-            f.write((json.dumps(result) + "\n").encode())
+        write_text(out, json.dumps(result) + "\n")
 
     t0 = time.time()
     if "tasks" in args.parts:

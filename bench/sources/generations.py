@@ -9,8 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lookupkit.bench.harness import entry, git_state, machine
-from lookupkit.files import atomic_writer
+from lookupkit.bench.harness import entry, git_state, machine, write_text
 
 TASKS = ("prose", "copy", "code")
 
@@ -46,8 +45,7 @@ def run(argv) -> None:
             print(f"{task}: {a.prompts} prompts", flush=True)
     finally:
         llm.close()
-    with atomic_writer(a.output) as f:
-        f.write(json.dumps(doc).encode())
+    write_text(a.output, json.dumps(doc))
     print(f"wrote {a.output}: {len(doc['sequences'])} sequences")
 
 

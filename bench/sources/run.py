@@ -20,8 +20,7 @@ import datetime
 import json
 from pathlib import Path
 
-from lookupkit.bench.harness import RESULTS, entry, git_state, machine
-from lookupkit.files import atomic_writer
+from lookupkit.bench.harness import RESULTS, entry, git_state, machine, write_text
 
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"
 N_DRAFT = 16  # the serving bench's policy rows
@@ -81,8 +80,7 @@ def run(argv) -> None:
                 print(f"{task:6} {label:16} trust {trust_name:3}: {row['speedup']:.3f}x predicted, "
                       f"{row['accepted']}/{row['drafted']} accepted", flush=True)
     out = a.output or RESULTS / f"sources-{results['date']}.json"
-    with atomic_writer(out) as f:
-        f.write(json.dumps(results, indent=1).encode())
+    write_text(out, json.dumps(results, indent=1))
     print(markdown(results))
     print(f"wrote {out}")
 

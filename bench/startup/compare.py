@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lookupkit.bench.harness import RESULTS, command, git_state, loadavg, machine, output_dir, warm_file
+from lookupkit.bench.harness import RESULTS, command, git_state, loadavg, machine, output_dir, warm_file, write_text
 from lookupkit.bench.startup.run import CHILD, EVAL, REPO, SHARED, child_env, copy_package, log_default, spawn, summary
 
 PROMPT_TEXT = SHARED / "corpora" / "wiki.test.raw"
@@ -197,7 +197,7 @@ def main(argv=None) -> None:
     a.out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"startup-compare-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}"
     out = a.out_dir / f"{stem}-t{a.threads}.json"
-    out.write_text(json.dumps(data, indent=1))
+    write_text(out, json.dumps(data, indent=1))
     from lookupkit.bench.startup.report import write_compare
 
     write_compare([json.loads(f.read_text()) for f in sorted(a.out_dir.glob(f"{stem}-t*.json"))], a.report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lookupkit.bench.harness import MB, verdict
+from lookupkit.bench.harness import MB, verdict, write_text
 
 
 def _ms(summary: dict | None, scale: float = 1e3, digits: int = 0) -> str:
@@ -198,9 +198,6 @@ def compare_section(data: dict) -> list[str]:
 
 def write_compare(runs: list[dict], path: Path) -> None:
     """bench/STARTUP.md from startup.compare results, one section each (written atomically)."""
-    from lookupkit.files import atomic_writer
-
     text = "\n".join(["# Start-up", "", "Written by `python -m lookupkit.bench.startup.compare` "
                       "(bench/results/startup-compare-*.json).", "", *(ln for d in runs for ln in compare_section(d))])
-    with atomic_writer(path) as f:
-        f.write(text.encode())
+    write_text(path, text)

@@ -42,8 +42,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from lookupkit.bench.harness import (RESULTS, SHARED, bench_dir, command, git_state, loadavg, machine, source_checkout, spread,
-                                     warm_file)
+from lookupkit.bench.harness import (RESULTS, SHARED, bench_dir, command, git_state, loadavg, machine,
+                                     source_checkout, spread, warm_file, write_text)
 
 REPO = source_checkout() or Path(__file__).resolve().parents[2]  # copy_package copies a checkout's layout
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
@@ -390,7 +390,7 @@ def main(argv=None) -> None:
     data["machine"]["loadavg_at_end"] = loadavg()
     a.out_dir.mkdir(parents=True, exist_ok=True)
     out = a.out_dir / f"startup-{datetime.datetime.now():%Y-%m-%d}-{socket.gethostname()}.json"
-    out.write_text(json.dumps(data, indent=1))
+    write_text(out, json.dumps(data, indent=1))
     print(out)
 
 

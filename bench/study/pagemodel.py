@@ -15,6 +15,7 @@ import argparse
 
 import numpy as np
 
+from lookupkit.bench.harness import entry
 from lookupkit.formats.constmap_probe import probes
 from lookupkit.corpora import read_token_file
 from lookupkit.replay import replay
@@ -78,17 +79,21 @@ def model(cache: StaticCache, keys: np.ndarray, probes_per_key: int = 3) -> dict
             "pairs_total_mb": round(cache.pairs.nbytes / 1e6, 1)}
 
 
-def main() -> None:
+def _main(argv) -> None:
     p = argparse.ArgumentParser(prog="python -m lookupkit.bench.study.pagemodel", description=__doc__.split("\n")[0])
     p.add_argument("cache")
     p.add_argument("eval_tokens")
     p.add_argument("--ctx", type=int, default=DEFAULT_CTX)
     p.add_argument("--draft", type=int, default=8)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     cache = StaticCache.open(a.cache)
     ids = read_token_file(a.eval_tokens)
     trace, _ = replay(ids, n_ctx=a.ctx, n_draft=a.draft, static=cache, engine="fast")
     print(model(cache, looked_up_keys(ids, trace, a.ctx)))
+
+
+def main(argv=None) -> None:
+    entry(_main, argv)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import numpy as np
 
 from lookupkit.bench.suffix import report as report_suffix
 from lookupkit.bench.measure import last_json, run_tree, script
-from lookupkit.bench.harness import RESULTS, git_state, machine
+from lookupkit.bench.harness import RESULTS, git_state, machine, write_text
 from lookupkit.files import default_root
 from lookupkit.rules import DEFAULT_CTX
 
@@ -92,7 +92,7 @@ def reused(out: Path, sig: dict, rebuild: bool, runs: int = 1) -> dict | None:
 
 
 def remember(out: Path, sig: dict, measured: dict) -> None:
-    out.with_name(out.name + ".made.json").write_text(json.dumps({"signature": sig, "measured": measured}, indent=1))
+    write_text(out.with_name(out.name + ".made.json"), json.dumps({"signature": sig, "measured": measured}, indent=1))
 
 
 def build(name: str, tokens: list[Path], work: Path, variant: str, a) -> dict:
@@ -254,7 +254,7 @@ def code_inputs(code: Path, work: Path) -> tuple[list[Path], Path, Path]:
         for parity in (0, 1):
             half = np.concatenate([e[k] for k in e.files[parity::2]]).astype("<i4")
             half.tofile(work / f"code-eval-{'odd' if parity else 'even'}.i32")
-        stamp.write_text(json.dumps(want))
+        write_text(stamp, json.dumps(want))
     return docs, work / "code-eval-even.i32", work / "code-eval-odd.i32"
 
 

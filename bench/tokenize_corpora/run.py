@@ -44,7 +44,7 @@ import numpy as np
 from lookupkit.build.memory_budget import parse_size
 from lookupkit.tokenizer import Tokenizer
 
-from lookupkit.bench.harness import RESULTS, SHARED, command, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, command, git_state, machine, write_text
 from lookupkit.bench.tokenize_corpora.speed import corpus_bytes, llama_cpp_ids, spread
 
 DOC = Path("/usr/share/doc")
@@ -205,7 +205,7 @@ def main(argv=None) -> dict:
         result["corpora"][name] = row
     result["loadavg_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(table(result))
     print(f"wrote {args.out}")
     return result

@@ -39,7 +39,7 @@ from lookupkit.corpora import TextFile
 from lookupkit.corpora.stream import Consumed, TextBudget
 from lookupkit.tokenizer import Tokenizer
 
-from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine
+from lookupkit.bench.harness import RESULTS, SHARED, git_state, machine, write_text
 
 _TOK = None  # the forked workers' tokenizer (inherited, not pickled)
 
@@ -171,7 +171,7 @@ def main(argv=None) -> dict:
         print("llama-cpp-python:", result["llama_cpp"], flush=True)
     result["loadavg_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
     return result
 

@@ -24,7 +24,7 @@ from datetime import date
 from pathlib import Path
 
 from lookupkit.bench.generations import paragraphs, prompt_text
-from lookupkit.bench.harness import RESULTS, SHARED, command, git_state, loadavg, machine
+from lookupkit.bench.harness import RESULTS, SHARED, command, entry, git_state, loadavg, machine, write_text
 from lookupkit.bench.verdict.report import analyse, summarise, write_report
 
 
@@ -72,7 +72,7 @@ def run(args) -> dict:
             "summary": summarise(rows)}
 
 
-def main(argv=None) -> None:
+def _main(argv) -> None:
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.verdict", description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", default="gemma-3-270m", help="GGUF path or a lookupkit.models name")
     ap.add_argument("--text", type=Path, default=SHARED / "corpora" / "wiki.test.raw", help="held-out paragraphs")
@@ -99,10 +99,14 @@ def main(argv=None) -> None:
     out = args.out or RESULTS / f"generate-verdict-{doc['date']}.json"
     runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.is_file() else []
     runs.append(doc)
-    out.write_text(json.dumps({"bench": "generate-verdict", "runs": runs}, indent=1) + "\n", encoding="utf-8")
+    write_text(out, json.dumps({"bench": "generate-verdict", "runs": runs}, indent=1) + "\n")
     print(f"wrote {out} ({len(runs)} runs)")
     if args.report:
         write_report(runs, RESULTS.parent / "RESULTS.md")
+
+
+def main(argv=None) -> None:
+    entry(_main, argv)
 
 
 if __name__ == "__main__":
