@@ -66,10 +66,9 @@ def _main(argv) -> None:
     a = ap.parse_args(argv)
     import llama_cpp
 
-    model = a.model
-    if not os.path.exists(model):
-        from lookupkit import models
-        model = str(models.path(model))
+    from lookupkit import models
+
+    model = str(models.resolve(a.model))
     llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
     doc = {"model": os.path.basename(model), "text": a.text.name, "seed": a.seed, "prompt_words": PROMPT_WORDS,
            "new_tokens": a.new_tokens, "sequences": []}

@@ -83,6 +83,16 @@ def command(module: str, argv=None) -> str:
     return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
 
 
+def replace_section(text: str, heading: str, new: str) -> str:
+    """A markdown text with the section that starts at `heading` (up to the next '## ' heading or the end)
+    replaced by `new`, or `new` appended: how a study updates its section of RESULTS.md."""
+    at = text.find(heading)
+    if at < 0:
+        return text.rstrip("\n") + "\n\n" + new
+    nxt = text.find("\n## ", at + len(heading))
+    return text[:at] + new + ("\n" + text[nxt + 1:] if nxt >= 0 else "")
+
+
 def write_text(path: Path, text: str) -> None:
     """A study's output, written whole or not at all (files.atomic_writer): an interrupted study never leaves
     half a results file, nor loses the runs one already held."""

@@ -31,6 +31,16 @@ from lookupkit.files import atomic_writer, default_root
 PACKAGE, EARLIER, LATER = "django", "4.2", "5.0"
 
 
+def code_root() -> Path:
+    """Where the code tasks are kept: $LOOKUPKIT_CODE_TASK, else the cache directory's code-task/."""
+    return Path(os.environ.get("LOOKUPKIT_CODE_TASK") or default_root() / "code-task")
+
+
+def task_dir() -> Path:
+    """The default task's folder (django 4.2 -> 5.0), where this module writes it and the benches read it."""
+    return code_root() / f"{PACKAGE}-{EARLIER}-{LATER}"
+
+
 def fetch(package: str, version: str, dest: Path) -> Path:
     """The release's wheel in dest, downloaded once."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -70,7 +80,7 @@ def _main(argv) -> None:
     ap.add_argument("--package", default=PACKAGE)
     ap.add_argument("--earlier", default=EARLIER)
     ap.add_argument("--later", default=LATER)
-    ap.add_argument("--cache", default=os.environ.get("LOOKUPKIT_CODE_TASK") or str(default_root() / "code-task"))
+    ap.add_argument("--cache", default=str(code_root()))
     ap.add_argument("-m", "--model", help="a GGUF vocabulary or a model name lookupkit knows: also write token ids")
     a = ap.parse_args(argv)
     out = Path(a.cache) / f"{a.package}-{a.earlier}-{a.later}"
@@ -88,7 +98,7 @@ def _main(argv) -> None:
         from lookupkit import Tokenizer
         from lookupkit import models
 
-        path = models.path(a.model) if not os.path.exists(a.model) else a.model
+        path = models.resolve(a.model)
         tok = Tokenizer.from_file(path)
         res["corpus_tokens"] = write_ids(old, tok, out / "corpus.npz")
         res["eval_tokens"] = write_ids(changed, tok, out / "eval.npz")

@@ -30,8 +30,8 @@ from lookupkit.bench.policy_pays.report import report
 from lookupkit.corpora import read_token_file
 from lookupkit.errors import InputError
 from lookupkit.policy.confidence import load as load_tables
-from lookupkit.policy.chain import make_policy
 from lookupkit.replay.loop import replay_fast
+from lookupkit.replay.run import policy_over
 from lookupkit.rules import DEFAULT_CTX
 from lookupkit.verify_cost import REPORTED_COSTS, VerifyCost
 
@@ -39,7 +39,6 @@ WORK = bench_dir()  # where `lookupkit bench` leaves its prefix ids ($LOOKUPKIT_
 EVAL = SHARED / "reference" / "wikitext" / "wiki.test.qwen2.i32"
 QWEN2 = SHARED / "vocab" / "ggml-vocab-qwen2.gguf"
 N_DRAFT = 8  # the most tokens per draft call, for the rule and the policy alike (issue 9's replays)
-COSTS = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # the costs the policy drafts for; the report needs each of REPORTED_COSTS
 CREATE = [sys.executable, "-c", "from lookupkit.cli.create import main; main()"]  # lookup-create
 
 
@@ -73,8 +72,8 @@ def _replay(ids, static, policy, runs: int) -> dict:
 
 def _rows(ids, plain, rich, tables, runs: int) -> dict:
     rows = {"llama.cpp": _replay(ids, plain, None, runs)}
-    for c in COSTS:
-        pol = make_policy(tables, VerifyCost.of(c).at, N_DRAFT, rich.high if rich is not None else None)
+    for c in REPORTED_COSTS:  # the report has a row for each
+        pol = policy_over(rich, tables, VerifyCost.of(c), N_DRAFT)
         rows[f"lookupkit C={c:g}"] = _replay(ids, rich, pol, runs)
     return rows
 

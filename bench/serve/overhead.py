@@ -25,7 +25,6 @@ from lookupkit.bench.harness import entry, loadavg
 
 CLIENT = r"""
 import json, socket, sys, time
-from lookupkit.bench.harness import loadavg
 port, path, body, until, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), sys.argv[4].encode(), int(sys.argv[5])
 times = []
 for _ in range(n):

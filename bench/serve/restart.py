@@ -44,6 +44,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("-o", "--output", type=Path, default=RESULTS / "serve-restart.json")
     args = ap.parse_args(argv)
+    args.argv = argv  # recorded as the command
     try:
         run(args)
     except LookupkitError as exc:
@@ -53,15 +54,15 @@ def main(argv=None) -> None:
 def run(args) -> None:
     from lookupkit import models
     from lookupkit.bench.engines.run import _vocab_tokenizer
-    from lookupkit.files import default_root
+    from lookupkit.bench.suffix_code_task import task_dir
 
     model = models.resolve(args.model)
     tokenize = _vocab_tokenizer(model)
-    code = args.code or default_root() / "code-task" / "django-4.2-5.0"
+    code = args.code or task_dir()
     ids = prompts("code", args.prompts, args.seed, tokenize, tokenize("")[0], code, args.n_new)
     flags = ["--policy", "lookupkit", "--verify-cost", str(CURVE), "--draft", str(POLICY_DRAFT),
              "-lcs", str(args.caches / f"{TASK_CACHE['code']}.lkc"), "--learn", "history"]
-    out = {"command": command("lookupkit.bench.serve.restart"), "git": git_state(),
+    out = {"command": command("lookupkit.bench.serve.restart", args.argv), "git": git_state(),
            "machine": machine(gate=True), "flags": flags, "prompts": args.prompts, "n_new": args.n_new}
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "served.lkh"

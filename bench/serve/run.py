@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shlex
 import os
 import sys
 import time
@@ -191,11 +192,11 @@ class Bench:
             cmd += ["-lcs", str(self.args.caches / f"{TASK_CACHE['agent']}.lkc")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
-            return {"command": " ".join(cmd[2:]), "error": (proc.stderr or proc.stdout).strip()[-300:]}
+            return {"command": shlex.join(cmd[2:]), "error": (proc.stderr or proc.stdout).strip()[-300:]}
         res = json.loads(proc.stdout)["results"]
         plain = [r for r in runs if r["row"] == "lk:plain"]
         decode = lambda rs: sum(r["n_gen"] - 1 for r in rs) / sum(r["t_gen_s"] for r in rs)  # noqa: E731
-        return {"command": " ".join(cmd[2:]), "predicted": res[args.get("--learn", "off")].get("predicted_speedup"),
+        return {"command": shlex.join(cmd[2:]), "predicted": res[args.get("--learn", "off")].get("predicted_speedup"),
                 "predicted_off": res["off"].get("predicted_speedup"),
                 "measured": decode(mine) / decode(plain) if plain else None,
                 "drafted_accepted": [res[args.get("--learn", "off")]["drafted"], res[args.get("--learn", "off")]["accepted"]],
@@ -269,7 +270,7 @@ def parse_args(argv=None):
     ap.add_argument("--caches", type=Path, help="folder with the static caches (.lkc and .lcs): "
                     + "; ".join(f"{k}: {v}" for k, v in cache_commands().items()))
     ap.add_argument("--code", type=Path, help="folder with the code task's eval.npz (python -m "
-                    "lookupkit.bench.suffix_code_task -m gemma-3-270m; default $LOOKUPKIT_CACHE_DIR/code-task/django-4.2-5.0)")
+                    "lookupkit.bench.suffix_code_task -m gemma-3-270m; default: where it writes, $LOOKUPKIT_CODE_TASK or $LOOKUPKIT_CACHE_DIR/code-task, /django-4.2-5.0)")
     ap.add_argument("--curve", type=Path, default=CURVE, help="the policy's verify-cost curve (lookupkit calibrate)")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--prompts", type=int, default=12, help="prompts per task (each sent once to every row)")
@@ -308,16 +309,18 @@ def parse_args(argv=None):
     if not args.curve.is_file():
         raise InputError(f"--curve {args.curve} not found: lookupkit calibrate -m MODEL -o CURVE.json measures one")
     from lookupkit import models
-    from lookupkit.files import default_root
+    from lookupkit.bench.suffix_code_task import task_dir
 
     args.model = models.resolve(args.model)
-    args.code = args.code or default_root() / "code-task" / "django-4.2-5.0"
+    args.code = args.code or task_dir()
     return args
 
 
 def main(argv=None) -> None:
     try:
-        _main(parse_args(argv))
+        args = parse_args(argv)
+        args.argv = argv  # recorded as the command
+        _main(args)
     except LookupkitError as exc:
         sys.exit(f"error: {exc}")
     except KeyboardInterrupt:
@@ -349,7 +352,7 @@ def _main(args) -> None:
         table = [r for r in table if r["name"] in wanted]
     result = {"kind": "serve", "date": date, "quick": args.quick, "complete": False, "git": git_state(),
               "machine": machine(), "versions": versions(),
-              "command": command("lookupkit.bench.serve"),
+              "command": command("lookupkit.bench.serve", args.argv),
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "cache_commands": cache_commands(), "task_cache": TASK_CACHE, "policy_draft": args.policy_draft,
               "rows": table, "prompt_tokens": ids, "tasks": {}, "concurrency": {}, "startup": None}

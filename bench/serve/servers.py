@@ -35,11 +35,6 @@ class Server(ServerProcess):
         return file_memory(self.proc.pid, path)
 
 
-def file_memory(self, path: Path) -> dict:
-        """Rss and Pss (bytes) of every mapping of `path` in this process (zeros if it maps none)."""
-        return file_memory(self.proc.pid, path)
-
-
 def file_memory(pid: int, path: Path) -> dict:
     target = str(Path(path).resolve())
     out = {"rss": 0, "pss": 0, "mappings": 0}

@@ -25,14 +25,14 @@ def run(argv) -> None:
     ap.add_argument("-o", "--output", type=Path, required=True)
     a = ap.parse_args(argv)
     from lookupkit import models
-    from lookupkit.files import default_root
+    from lookupkit.bench.suffix_code_task import task_dir
     from lookupkit.integrations.llama_generate import generate, open_model
     from lookupkit.bench.serve.tasks import prompts
 
     path = models.resolve(a.model)
     llm = open_model(path, threads=2)
     tok = lambda s: llm.tokenize(s.encode(), add_bos=True, special=True)  # noqa: E731
-    code = a.code or default_root() / "code-task" / "django-4.2-5.0"
+    code = a.code or task_dir()
     doc = {"kind": "generations", "model": Path(path).name, "seed": a.seed, "new_tokens": a.n_new, "git": git_state(),
            "machine": machine(), "sequences": []}
     try:

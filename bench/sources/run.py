@@ -21,9 +21,8 @@ import json
 from pathlib import Path
 
 from lookupkit.bench.harness import RESULTS, entry, git_state, machine, write_text
+from lookupkit.bench.serve.run import CURVE, POLICY_DRAFT as N_DRAFT  # the serving bench's policy rows
 
-CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"
-N_DRAFT = 16  # the serving bench's policy rows
 TRUST = {"on": True, "off": False}  # the policy's online trust (policy.trust) with its defaults, or none
 
 

@@ -7,6 +7,8 @@ import os
 import shlex
 from pathlib import Path
 
+from lookupkit.bench.harness import replace_section, write_text
+
 SECTION = "## Drafting from the longest match: the suffix index (issue 15)"
 ROWS = {"llama.cpp": "llama.cpp's rule (--draft {rule})", "policy": "policy --orders 2-6, no suffix source",
         "policy+suffix": "policy + suffix source"}
@@ -239,19 +241,10 @@ def section(result: dict, json_name: str) -> str:
                       *targets_table(result), ""])
 
 
-def replace_section(text: str, new: str) -> str:
-    """text with its SECTION (up to the next '## ' heading or the end) replaced by `new`, or `new` appended."""
-    at = text.find(SECTION)
-    if at < 0:
-        return text.rstrip("\n") + "\n\n" + new
-    nxt = text.find("\n## ", at + len(SECTION))
-    return text[:at] + new + ("\n" + text[nxt + 1:] if nxt >= 0 else "")
-
-
 def write(result: dict, json_path: Path, suffix_md: Path, results_md: Path) -> None:
     name = os.path.basename(json_path)
     result = {**result, "targets": targets(result)}
-    suffix_md.write_text(render(result, name))
+    write_text(suffix_md, render(result, name))
     old = results_md.read_text() if results_md.exists() else ""
-    results_md.write_text(replace_section(old, section(result, name)))
+    write_text(results_md, replace_section(old, SECTION, section(result, name)))
     print(f"wrote {suffix_md} and the section of {results_md}")

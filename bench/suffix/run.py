@@ -42,7 +42,7 @@ import numpy as np
 
 from lookupkit.bench.suffix import report as report_suffix
 from lookupkit.bench.measure import last_json, run_tree, script
-from lookupkit.bench.harness import RESULTS, git_state, machine, write_text
+from lookupkit.bench.harness import RESULTS, command, git_state, machine, write_text
 from lookupkit.files import default_root
 from lookupkit.rules import DEFAULT_CTX
 
@@ -185,7 +185,7 @@ def tune(cache: Path, held_out: Path, a) -> dict:
     if got is None:
         t = time.perf_counter()
         about = in_process(app, words)
-        got = {"command": " ".join(["lookupkit", *words]), "table": str(out), "seconds": time.perf_counter() - t,
+        got = {"command": shlex.join(["lookupkit", *words]), "table": str(out), "seconds": time.perf_counter() - t,
                "about": about}
         remember(out, sig, got)
     about = {k: v for k, v in got["about"].items() if k != "cache_corpus"}  # (the cache's sources: in its header)
@@ -201,7 +201,7 @@ def stats(cache: Path, ids: Path, table: Path | None, cost: float | None) -> dic
 
     words = ["--tokens", str(ids), "-lcs", str(cache), "-c", str(DEFAULT_CTX), *flags, "--json"]
     j = in_process(app, words)
-    return {"command": " ".join(["lookup-stats", *words]), "calls": j["draft_calls"], "n_drafted": j["n_drafted"],
+    return {"command": shlex.join(["lookup-stats", *words]), "calls": j["draft_calls"], "n_drafted": j["n_drafted"],
             "n_accept": j["n_accept"],
             "accepted_per_call": j["accepted_per_call"], "tokens_per_verify": j["tokens_per_verify"],
             "S": j["expected_speedup"], "us_per_call": j["t_draft_ms"] * 1e3 / max(1, j["draft_calls"]),
@@ -370,7 +370,7 @@ def run(argv: list[str]) -> None:
         if not p.exists():
             raise SystemExit(f"error: {p} does not exist (held-out ids for the prose corpora)")
     result = {"study": "suffix-study", "started": _now(), "quick": a.quick,
-              "command": shlex.join(["python", "-m", "lookupkit.bench.suffix", *argv]),
+              "command": command("lookupkit.bench.suffix", argv),
               "git": git_state(), "machine": machine(gate=True), "n_ctx": DEFAULT_CTX, "costs": list(COSTS), "timed_cost": TIMED_COST,
               "rule_draft": RULE_DRAFT, "policy_draft": POLICY_DRAFT, "memory_budget": a.memory_budget, "jobs": a.jobs,
               "build_runs": a.build_runs, "timing_runs": a.timing_runs, "note": a.note, "corpora": {}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from lookupkit.bench.harness import replace_section, write_text
 from lookupkit.integrations.compare import RUNS
 
 WINDOWS = (1, 3, 5, 7)
@@ -96,11 +97,4 @@ def report(docs: list) -> str:
 
 def write_report(docs: list, results_md: Path) -> None:
     text = results_md.read_text(encoding="utf-8") if results_md.is_file() else "# Results\n"
-    section = report(docs)
-    if SECTION in text:
-        head, rest = text.split(SECTION, 1)
-        tail = rest.split("\n## ", 1)
-        text = head + section + ("\n## " + tail[1] if len(tail) > 1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    results_md.write_text(text, encoding="utf-8")
+    write_text(results_md, replace_section(text, SECTION, report(docs)))

@@ -41,6 +41,7 @@ def run(args) -> dict:
     cost = VerifyCost.of(str(args.curve)) if args.curve else None
     static = StaticCache.open(args.cache) if args.cache else None
     paras = paragraphs(args.text)[args.skip:args.skip + args.prompts]
+    mach = machine(gate=True)  # the quiet gate before the timing, not after it
     llm = open_model(path, n_ctx=2048, threads=args.threads)
     rows = []
     try:
@@ -68,7 +69,7 @@ def run(args) -> dict:
     return {"date": date.today().isoformat(), "command": args.command,
             "model": str(path), "table": table and str(table), "cache": args.cache and str(args.cache),
             "curve": args.curve and str(args.curve), "policy": args.policy, "n": args.n, "draft": args.draft, "threads": args.threads,
-            "pairs": args.pairs, "inputs": args.inputs, "machine": machine(gate=True), "git": git_state(), "rows": rows,
+            "pairs": args.pairs, "inputs": args.inputs, "machine": mach, "git": git_state(), "rows": rows,
             "summary": summarise(rows)}
 
 
