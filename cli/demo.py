@@ -69,7 +69,7 @@ def demo(
     from lookupkit.corpora import StdlibCorpus
     from lookupkit.draft import Drafter
     from lookupkit.policy.confidence import load as load_tables
-    from lookupkit.policy.chain import make_policy
+    from lookupkit.replay.run import policy_over
     from lookupkit.replay import replay
     from lookupkit.replay.sweep import expected_speedup
     from lookupkit.tokenizer import Tokenizer
@@ -97,7 +97,7 @@ def demo(
     say(f"  ready in {time.perf_counter() - t:.1f} s")
 
     rows = {}
-    policy = make_policy(load_tables(), VerifyCost.of(DEFAULT_COST).at, n_draft, cache.high)
+    policy = policy_over(cache, load_tables(), VerifyCost.of(DEFAULT_COST), n_draft)  # no suffix index here
     for label, static, pol in (("no static cache", None, None), ("stdlib static cache", cache, None),
                                (POLICY_ROW, cache, policy)):
         trace, _ = replay(ids, n_ctx=n_ctx, n_draft=n_draft, static=static, engine="fast", policy=pol)

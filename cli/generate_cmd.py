@@ -79,7 +79,7 @@ def generate_cmd(
         lcd_table = None
     make_drafter, policy_table = drafter_factory(path, static=static, dynamic=lcd_table, policy=policy.value,
                                                  policy_table=policy_table, verify_cost=cost)
-    llm = open_model(path, n_ctx=n_ctx, threads=threads, n_batch=max(512, n_draft + 1))
+    llm = open_model(path, n_ctx=n_ctx, threads=threads, n_draft=n_draft)
     try:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         if len(ids) + n_predict > n_ctx:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from lookupkit.errors import InputError
-from lookupkit.rules import ENGINE_DRAFT
+from lookupkit.rules import ENGINE_DRAFT, check_n_draft
 from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.cli.model_options import GENERATE_CTX, MODEL, THREADS, VERIFY_COST
 
@@ -52,20 +52,19 @@ def model_corpus_cmd(
     if n_predict < 1 or threads < 1 or n_draft < 0 or n_ctx < 16:
         raise InputError(f"-n and -t must be >= 1, --draft >= 0 and -c >= 16 (got {n_predict}, {threads}, {n_draft}, "
                          f"{n_ctx})")
-    texts = prompts(file, prompt_words, n_prompts, skip)
-    first = next(texts, None)  # the prompt file is read (and refused if bad) before the model loads
-    if first is None:
+    if n_draft:
+        check_n_draft(n_draft)
+    texts = list(prompts(file, prompt_words, n_prompts, skip))  # read (and refused if bad) before the model loads
+    if not texts:
         raise InputError(f"{file} has no line of {prompt_words} words or more after --skip {skip}: no prompt")
     path = models.resolve(model)
     make = None
     if n_draft:
         cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
         make, _ = drafter_factory(path, policy="lookupkit", verify_cost=cost)
-    from itertools import chain
-
     from lookupkit.integrations.llama_generate import open_model
 
-    llm = open_model(path, n_ctx=n_ctx, threads=threads, n_batch=max(512, n_draft + 1))
+    llm = open_model(path, n_ctx=n_ctx, threads=threads, n_draft=n_draft)
     try:
         with progress(not (quiet or as_json)) as bar:
             task = bar.add_task("prompts", total=n_prompts, rate="")
@@ -73,7 +72,7 @@ def model_corpus_cmd(
             def on_document(run):
                 bar.update(task, completed=run.documents, rate=f"{run.tokens / max(run.seconds, 1e-9):.1f} tok/s")
 
-            run = write_corpus(llm, chain([first], texts), output, n_predict, make, max(n_draft, 1), on_document)
+            run = write_corpus(llm, texts, output, n_predict, make, max(n_draft, 1), on_document)
     finally:
         llm.close()
     report = {"output": str(output), "documents": run.documents, "tokens": run.tokens, "seconds": round(run.seconds, 1),

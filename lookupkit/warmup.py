@@ -91,6 +91,7 @@ def _warm(drafter_args: dict | None):
         probes = [Drafter(**{**drafter_args, "dynamic": None, "history": None})]
     for probe in probes:
         probe.draft(list(WARM_TOKENS), 4)
+        probe.draft(list(WARM_TOKENS) * 2, 4)  # tokens after a draft: the policy's trust learns (policy.chain.learn)
     return drafter
 
 

@@ -182,14 +182,16 @@ class _Model:
         self.llm.n_tokens = 0  # Llama's own calls must not take our KV cache for its prompt cache
 
 
-def open_model(model, *, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, **llama_kwargs):
+def open_model(model, *, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, n_draft: int = 0,
+               **llama_kwargs):
     """A `llama_cpp.Llama` for generate(), with llama-server's context defaults: flash attention on (the
     server's "auto" picks it on CPU; llama-cpp-python's default turns it off) and a sliding-window KV cache
     of the window's size (swa_full=False; llama-cpp-python's default keeps n_ctx cells for those layers).
     model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike;
     parallel: sequences the context holds (llama-server's -np: n_seq_max, each of n_ctx / parallel cells,
     kv_unified off as in llama-server; `Llama` itself always makes one sequence, so its context is made
-    first at a throwaway size and replaced). The drafting kernels load in a background thread meanwhile
+    first at a throwaway size and replaced); n_draft: the most tokens a draft call adds, so that a verify batch
+    of 1 + n_draft fits in n_batch (unless n_batch is given). The drafting kernels load in a background thread meanwhile
     (warmup.kernels(): the model's load hides them; generate() waits for them before its first draft)."""
     from .. import models
 
@@ -198,17 +200,24 @@ def open_model(model, *, n_ctx: int = DEFAULT_CTX, threads: int | None = None, p
     check_gguf(path)  # a file that is not GGUF is refused in one line, before llama.cpp reads it
     model_vocab(path, wait=False)  # read meanwhile, for generate()'s check of a drafter's static cache
     lib = require("llama_cpp", "llama-cpp-python", "llama")
+    llama_kwargs.setdefault("n_batch", batch_size(n_draft, parallel))
     kwargs = {"n_ctx": n_ctx if parallel == 1 else THROWAWAY_CTX, "n_threads": threads, "n_threads_batch": threads,
               "flash_attn": True, "swa_full": False, "verbose": False, **llama_kwargs}
     llm = lib.Llama(model_path=str(path), **kwargs)
     if parallel > 1:
-        _replace_context(llm, n_ctx, parallel, llama_kwargs.get("n_batch", LLAMA_BATCH),
+        _replace_context(llm, n_ctx, parallel, llama_kwargs["n_batch"],
                          llama_kwargs.get("n_ubatch", LLAMA_BATCH))
     return llm
 
 
 THROWAWAY_CTX = 256  # the context Llama makes before open_model replaces it with a multi-sequence one
 LLAMA_BATCH = 512  # llama-cpp-python's n_batch and n_ubatch defaults
+
+
+def batch_size(n_draft: int, parallel: int = 1) -> int:
+    """n_batch for `parallel` sequences that each verify 1 + n_draft tokens in one step (prompt chunks of at least
+    llama-cpp-python's default)."""
+    return max(LLAMA_BATCH, parallel * (n_draft + 1))
 
 
 def _replace_context(llm, n_ctx: int, parallel: int, n_batch: int, n_ubatch: int) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..errors import InputError
 from ..files import atomic_writer
@@ -27,7 +27,6 @@ SEPARATOR = "\n\n"
 class CorpusRun:
     documents: int = 0
     tokens: int = 0
-    prompts_seen: int = 0
     seconds: float = 0.0
     interrupted: bool = False
 
@@ -55,7 +54,7 @@ def prompts(path: str | os.PathLike, prompt_words: int, limit: int, skip: int = 
                     return
 
 
-def write_corpus(llm, texts: Iterator[str], out: str | os.PathLike, n_predict: int, make_drafter=None,
+def write_corpus(llm, texts: Iterable[str], out: str | os.PathLike, n_predict: int, make_drafter=None,
                  n_draft: int = 8, on_document: Callable[[CorpusRun], None] | None = None) -> CorpusRun:
     """Generate n_predict tokens (or to EOS) after each prompt and write the outputs to `out` (atomic, also
     on KeyboardInterrupt: the finished documents are kept and run.interrupted is set)."""
@@ -68,9 +67,8 @@ def write_corpus(llm, texts: Iterator[str], out: str | os.PathLike, n_predict: i
     try:
         for text in texts:
             ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-            run.prompts_seen += 1
             if len(ids) + n_predict > llm.n_ctx():
-                raise InputError(f"prompt {run.prompts_seen} has {len(ids)} tokens and -n is {n_predict}: -c "
+                raise InputError(f"prompt {run.documents + 1} has {len(ids)} tokens and -n is {n_predict}: -c "
                                  f"{llm.n_ctx()} is too small (give fewer --prompt-words or a larger -c)")
             g = generate(llm, ids, n_predict, drafter=drafter, n_draft=n_draft)
             toks = g.tokens[:g.eog] if g.eog is not None else g.tokens

@@ -43,7 +43,6 @@ from ..formats.constmap_probe import lookup_in
 from ..rules import (HISTORY, HISTORY_MIN_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX, TRUST_PRIOR,
                      TRUST_WINDOW)
 from ..static.high_orders import High, no_high
-from ..verify_cost import DEFAULT_COST
 from ..static.source import head_part, static_top
 from .suffix_source import fresh, length_bin, min_match_of, no_suffix, suffix_arrays, suffix_candidate
 from . import trust as tr

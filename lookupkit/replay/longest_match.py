@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..counts.match_index import clear_index, index_position, match_end, new_index
+from ..counts.match_index import clear_index, index_positions, match_end, new_index
 from ..errors import InputError
 from ..kernels import kernel
 from ..rules import LONGEST_MATCH, SOURCE_DEFAULTS, check_replay
@@ -72,9 +72,8 @@ def _run_chunk(truth, chunk, n_draft, index, calls, n_calls, drafted, n_toks):
     out = 1
     indexed = 1  # the m-grams ending before position indexed - 1 are in the index (their followers are known)
     while out < n_ctx:
-        while indexed < out:  # the match must end before the last token
-            index_position(index, truth, indexed)
-            indexed += 1
+        index_positions(index, truth, indexed, out)  # the match must end before the last token
+        indexed = out
         j = match_end(index, truth, out, truth, 0, out)[0]
         k = 0
         if j >= 0:

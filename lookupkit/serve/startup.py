@@ -38,7 +38,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     learn, history_budget, state, state_reset, save_every: serve.state and the engine's docstring."""
     from .. import models, warmup
     from ..integrations.engines import drafter_factory
-    from ..integrations.llama_generate import LLAMA_BATCH, model_vocab, open_model
+    from ..integrations.llama_generate import batch_size, model_vocab, open_model
     from ..verify_cost import VerifyCost
     from .chat import ChatTemplate
     from .engine import Engine
@@ -79,7 +79,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
                                           history=history)
     elif lcs is not None or lcd is not None:
         raise InputError("--draft 0 serves without drafting: leave out -lcs/-lcd, or give --draft 1 or more")
-    n_batch = max(LLAMA_BATCH, parallel * (n_draft + 1))  # prompt chunks of at least llama-cpp-python's default
+    n_batch = batch_size(n_draft, parallel)
     llm = timed(f"model {path}", lambda: open_model(path, n_ctx=n_ctx, threads=threads, parallel=parallel,
                                                     n_batch=n_batch), f"{parallel} sequences, n_batch {n_batch}")
     try:
