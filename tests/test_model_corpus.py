@@ -34,6 +34,9 @@ def test_prompts_are_the_long_lines_first_words_plain_or_zstd(tmp_path):
         assert list(prompts(path, 5, 10)) == [" one two three four five", " alpha beta gamma delta epsilon", " a b c d e"]
         assert list(prompts(path, 5, 1, skip=1)) == [" alpha beta gamma delta epsilon"]
         assert list(prompts(path, 8, 10)) == [" a b c d e f g h"]
+    last = tmp_path / "last.txt"
+    last.write_text("one two three\nfour five six")  # no newline after the last line
+    assert list(prompts(last, 2, 10)) == [" one two", " four five"]
 
 
 def test_the_corpus_is_the_models_greedy_outputs(tiny_gguf, tmp_path):

@@ -13,6 +13,7 @@ blank line, and is written atomically: an interrupt keeps every finished documen
 from __future__ import annotations
 
 import os
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -39,9 +40,9 @@ def prompts(path: str | os.PathLike, prompt_words: int, limit: int, skip: int = 
     if prompt_words < 1 or limit < 1 or skip < 0:
         raise InputError(f"prompt words and prompts must be >= 1 and skip >= 0, got {prompt_words}, {limit}, {skip}")
     decoder, rest, seen, given = Utf8Decoder(), "", 0, 0
-    for block in TextFile(path).blocks():
-        lines = (rest + decoder.decode(block)).split("\n")
-        rest = lines.pop()
+    for block in chain(TextFile(path).blocks(), [None]):  # None: the end, whose last line may have no newline
+        lines = (rest + decoder.decode(block or b"", final=block is None)).split("\n")
+        rest = lines.pop() if block is not None else ""
         for line in lines:
             words = line.split()
             if len(words) < prompt_words or line.lstrip().startswith("="):  # too short, or a WikiText heading
