@@ -359,9 +359,14 @@ def build_into(keys, values, out, *, info=None, bucket_bits_extra=4):
     return size
 
 
-def build(keys, values, **kw) -> bytes:
-    """Serialized map as `bytes` (one extra copy of the map at the end; prefer build_into/write)."""
+def build_array(keys, values, **kw) -> np.ndarray:
+    """Serialized map in a new uint8 array (no copy: what the writers write)."""
     out = np.empty(nbytes_for(len(np.asarray(keys).reshape(-1, 2))), dtype=np.uint8)
     build_into(keys, values, out, **kw)
-    return out.tobytes()
+    return out
+
+
+def build(keys, values, **kw) -> bytes:
+    """Serialized map as `bytes` (one extra copy of the map at the end; prefer build_array/build_into)."""
+    return build_array(keys, values, **kw).tobytes()
 

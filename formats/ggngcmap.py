@@ -29,7 +29,7 @@ def write_file(f: BinaryIO, table, meta: dict | None = None, keys: bool = True) 
     keys, no metadata: the format has no room for them)."""
     from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
 
-    cmap = constmap_build.build(table.keys, table.spans())
+    cmap = constmap_build.build_array(table.keys, table.spans())
     f.write(HEADER.pack(MAGIC, table.n_pairs, len(cmap)))
     f.write(np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1).view(np.uint8))
     f.write(cmap)

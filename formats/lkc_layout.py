@@ -80,6 +80,13 @@ def section_spec(section: str, declared=None) -> tuple[str, int] | None:
         (suffix and (suffix, 1))
 
 
+def raw_bytes(a):
+    """The bytes of a numpy array, contiguous, as a flat uint8 view (also when empty): what a section holds."""
+    import numpy as np
+
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
 def _align(n: int, a: int = ALIGN) -> int:
     return -(-n // a) * a
 

@@ -63,8 +63,8 @@ class HighOrders:
     def sections(self) -> dict[str, np.ndarray]:
         from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
 
-        return {f"order{n}": np.frombuffer(constmap_build.build(np.ascontiguousarray(k, "<u8").view("<i4").reshape(-1, 2), v),
-                                           dtype=np.uint8) for n, (k, v) in sorted(self.maps.items())}
+        return {f"order{n}": constmap_build.build_array(np.ascontiguousarray(k, "<u8").view("<i4").reshape(-1, 2), v)
+                for n, (k, v) in sorted(self.maps.items())}
 
     def header(self) -> dict:
         return {**self.params.to_meta(), "n_keys": {str(n): len(k) for n, (k, _) in sorted(self.maps.items())}}

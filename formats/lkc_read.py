@@ -100,9 +100,10 @@ def _section_views(buf, sections: dict, data_start: int, name: str) -> dict[str,
     views = {}
     for sec in sections:
         spec = sections[sec]
-        if section_spec(sec, spec.get("dtype")) is None:
+        known = section_spec(sec, spec.get("dtype"))
+        if known is None:
             continue  # (a section of a version this reader does not use)
-        dtype, ndim = section_spec(sec, spec.get("dtype"))
+        dtype, ndim = known
         shape = spec.get("shape")
         want = [None, 2] if ndim == 2 else [None]
         if (spec.get("dtype") != dtype or not isinstance(shape, list) or len(shape) != len(want)

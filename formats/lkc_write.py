@@ -20,7 +20,7 @@ from lookupkit.counts.follower_stats import follower_stats
 from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import InputError, LookupkitWarning
 from lookupkit.formats import constmap, lkc_orders, lkc_suffix
-from lookupkit.formats.lkc_layout import MAX_KEY_INDEX, PREAMBLE, header_for, place_sections, preamble
+from lookupkit.formats.lkc_layout import MAX_KEY_INDEX, PREAMBLE, header_for, place_sections, preamble, raw_bytes
 from lookupkit.formats.lkc_orders import HighOrders
 from lookupkit.formats.mapped import Mapped
 
@@ -89,11 +89,6 @@ def _max_id(table: StaticTable) -> int:
     return max(int(table.keys.max()) if table.n_keys else -1, int(table.pairs[:, 0].max()) if table.n_pairs else -1)
 
 
-def _raw(a: np.ndarray) -> np.ndarray:
-    """The bytes of a contiguous array as a flat uint8 view (also when empty)."""
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-
-
 def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: bool = True,
                orders: HighOrders | None = None, suffix=None) -> dict:
     """Write `table` (and `orders`, the higher orders, and `suffix`, a lookupkit.suffix.SuffixIndex, if any)
@@ -101,7 +96,7 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
     from lookupkit.formats import constmap_build  # (here: building a map needs kernels, reading a header none)
 
     meta = check_meta(meta or {}, _max_id(table))
-    cmap = np.frombuffer(constmap_build.build(table.keys, table.spans()), dtype=np.uint8)
+    cmap = constmap_build.build_array(table.keys, table.spans())
     arrays = {"pairs": np.ascontiguousarray(table.pairs, dtype="<i4").reshape(-1, 2), "constmap": cmap}
     extra, meta, version = optional_sections(table.keys, keys, orders, meta)
     arrays.update(extra)
@@ -110,7 +105,7 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
         arrays.update(suffix_arrays)
         meta, version = with_suffix(meta, suffix_header, version)
     stats = follower_stats(np.diff(table.offsets), table.pairs[:, 1])
-    header = header_for(version, {name: (list(a.shape), int(a.nbytes), hashlib.sha256(_raw(a)).hexdigest(), a.dtype.str)
+    header = header_for(version, {name: (list(a.shape), int(a.nbytes), hashlib.sha256(raw_bytes(a)).hexdigest(), a.dtype.str)
                                   for name, a in arrays.items()}, meta, stats)
     sections = header["sections"]
     blob, pos = place_sections(header)
@@ -119,7 +114,7 @@ def write_file(f: BinaryIO, table: StaticTable, meta: dict | None = None, keys: 
     written = PREAMBLE.size + len(blob)
     for name, a in arrays.items():
         f.write(b"\0" * (sections[name]["offset"] - written))
-        f.write(_raw(a))
+        f.write(raw_bytes(a))
         written = sections[name]["offset"] + a.nbytes
     return header
 

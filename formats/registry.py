@@ -77,13 +77,17 @@ def _magic_of(path: Path) -> bytes:
         return f.read(MAGIC_BYTES)
 
 
+def _by_magic(head: bytes) -> Format | None:
+    return next((fmt for fmt in REGISTRY if any(head.startswith(m) for m in fmt.magic)), None)
+
+
 def detect(path: str | os.PathLike) -> str:
     """The format of an existing file: by magic where the format has one, else llama (no magic)."""
     path = Path(path)
     head = _magic_of(path)
-    for fmt in REGISTRY:
-        if any(head.startswith(m) for m in fmt.magic):
-            return fmt.name
+    fmt = _by_magic(head)
+    if fmt is not None:
+        return fmt.name
     claimed = _by_extension(path) or (BY_NAME["lkc.zst"] if path.name.lower().endswith(".zst") else None)
     if claimed is not None and claimed.magic:
         raise FormatError(f"{path} is not {claimed.what} (wrong magic: it starts with {head[:8]!r})")
@@ -100,12 +104,11 @@ def read_ngrams(path: str | os.PathLike, what: str = "dynamic cache") -> NgramTa
     """A llama.cpp legacy file of 1..4-grams (-lcd, -lcs) as an NgramTable; a file of another format is
     refused by name (a .lkc given as -lcd)."""
     path = Path(path)
-    head = _magic_of(path)
-    for fmt in REGISTRY:
-        if any(head.startswith(m) for m in fmt.magic):
-            raise InputError(f"{what} {path} is {fmt.what}, a static cache; the {what} must be a llama.cpp "
-                             f"legacy file (.lcd, as written by --save-dynamic or llama-lookup); pass a static "
-                             f"cache with -lcs")
+    fmt = _by_magic(_magic_of(path))
+    if fmt is not None:
+        raise InputError(f"{what} {path} is {fmt.what}, a static cache; the {what} must be a llama.cpp "
+                         f"legacy file (.lcd, as written by --save-dynamic or llama-lookup); pass a static "
+                         f"cache with -lcs")
     return llama.read_file(path)
 
 

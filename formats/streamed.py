@@ -21,7 +21,7 @@ from lookupkit.counts.tables import StaticTable
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import constmap_build, ggngcmap
-from lookupkit.formats.lkc_layout import header_blob, header_for, place_sections, preamble
+from lookupkit.formats.lkc_layout import header_blob, header_for, place_sections, preamble, raw_bytes
 from lookupkit.formats.lkc_write import check_meta, optional_sections, with_suffix
 from lookupkit.formats.registry import BY_NAME
 from lookupkit.formats.spans import pack_spans, span_lengths
@@ -52,12 +52,6 @@ def _keys_and_spans(parts) -> tuple[np.ndarray, np.ndarray]:
     return keys, pack_spans(np.cumsum(lens) - lens, lens, sum(p.n_pairs for p in parts))
 
 
-def _constmap(keys: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    out = np.empty(constmap_build.nbytes_for(len(keys)), np.uint8)
-    constmap_build.build_into(keys, spans, out)
-    return out
-
-
 def to_table(parts) -> StaticTable:
     """The parts as one in-memory StaticTable (for the formats written by their own writers)."""
     keys, values = _keys_and_spans(parts)
@@ -85,7 +79,7 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
     with atomic_writer(path) as f:
         if fmt == "ggngcmap":
             k, spans = _keys_and_spans(parts)
-            cmap = _constmap(k, spans)
+            cmap = constmap_build.build_array(k, spans)
             del k, spans
             f.write(ggngcmap.HEADER.pack(ggngcmap.MAGIC, sum(p.n_pairs for p in parts), len(cmap)))
             for p in parts:
@@ -100,7 +94,7 @@ def write_parts(parts, path: str | os.PathLike, fmt: str, meta: dict | None = No
 def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> None:
     meta = check_meta(meta, max((p.max_id for p in parts), default=-1))
     k, spans = _keys_and_spans(parts)
-    cmap = _constmap(k, spans)
+    cmap = constmap_build.build_array(k, spans)
     del spans
     n_pairs = sum(p.n_pairs for p in parts)
     arrays = {"pairs": None, "constmap": cmap}
@@ -132,7 +126,7 @@ def _write_lkc(f, parts, meta: dict, keys: bool, orders=None, suffix=None) -> No
     sections["pairs"]["sha256"] = digest.hexdigest()
     written = sections["pairs"]["offset"] + lengths["pairs"]
     for name in names[1:]:
-        raw = np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8)
+        raw = raw_bytes(arrays[name])
         f.write(b"\0" * (sections[name]["offset"] - written))
         f.write(raw.data)
         sections[name]["sha256"] = hashlib.sha256(raw).hexdigest()

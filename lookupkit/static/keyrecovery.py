@@ -24,13 +24,13 @@ from numba import njit
 from ..formats.constmap import NOT_FOUND, ConstMapView
 from ..formats.constmap_probe import lookup
 from ..errors import FormatError
-from ..formats.spans import SPAN_BITS
+from ..formats.spans import MAX_FOLLOWERS, SPAN_BITS
 
 SEARCH_BUDGET = 3 * 10**8  # lookups beyond the forward pass: ~30-60 s at the measured 100-200 ns each
 SEED_TOKENS = 256
 FULL_RANGE = 1 << 18  # first tokens of documents are searched below max(this, largest follower + 1)
 MAX_RANGE = 1 << 20  # ... but never above this (a corrupted token id must not size an array)
-_MASK = np.uint64((1 << SPAN_BITS) - 1)
+_MASK = np.uint64(MAX_FOLLOWERS)
 _CORRUPT, _TOO_MANY, _BUDGET = -1, -2, -3
 # counters: found keys, stack depth, covered pairs, lookups done, budget
 _FOUND, _SP, _COVERED, _LOOKUPS, _LIMIT = range(5)

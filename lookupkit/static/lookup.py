@@ -12,9 +12,9 @@ from numba import njit
 
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup
-from ..formats.spans import SPAN_BITS
+from ..formats.spans import MAX_FOLLOWERS, SPAN_BITS
 
-_MASK = np.uint64((1 << SPAN_BITS) - 1)
+_MASK = np.uint64(MAX_FOLLOWERS)
 
 
 @njit(cache=True)
