@@ -7,23 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from test_layout import import_graph
+from test_layout import import_graph, reach
 
 WRITERS = {"lkc_write", "llama", "zst", "streamed", "registry"}  # they write, or read into, counts' tables
 LEAVES = {"lookupkit", "lookupkit._version", "lookupkit._lazy", "lookupkit.errors", "lookupkit.files",
           "lookupkit.kernels", "lookupkit.compile_notice"}
 ABOVE = ("static", "policy", "draft", "replay", "suffix", "build", "serve", "integrations", "tokenizer", "cli", "bench",
          "corpora")
-
-
-def reach(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        m = todo.pop()
-        if m not in seen:
-            seen.add(m)
-            todo += graph[m]
-    return seen - {start}
 
 
 def formats_modules(graph):
