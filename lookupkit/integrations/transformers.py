@@ -31,7 +31,7 @@ CandidateGenerator = require("transformers.generation.candidate_generator", "tra
                              "transformers").CandidateGenerator
 GenerationMixin = transformers.GenerationMixin
 
-TESTED_VERSIONS = ("5.24",)  # transformers minor versions whose _assisted_decoding the tests ran
+TESTED_VERSIONS = ("5.24", "5.25")  # transformers minor versions whose _assisted_decoding the tests ran
 
 
 class LookupCandidateGenerator(CandidateGenerator):
@@ -39,6 +39,11 @@ class LookupCandidateGenerator(CandidateGenerator):
 
     def __init__(self, session: DraftSession):
         self.session = session
+
+    @property
+    def num_drafting_tokens(self) -> int:
+        """The most tokens one call drafts: 5.25's loop keeps that many recurrent states to roll back."""
+        return self.session.n_draft
 
     def get_candidates(self, input_ids, **kwargs):
         draft = self.session.draft(_History(input_ids))
@@ -128,4 +133,4 @@ class _History:
 def _check_supported() -> None:
     if not hasattr(GenerationMixin, "_assisted_decoding") or not hasattr(GenerationMixin, "_get_candidate_generator"):
         raise InputError(f"transformers {transformers.__version__} lacks the assisted-decoding loop lookupkit drives "
-                         f"(tested: {', '.join(TESTED_VERSIONS)}.x): pip install 'transformers>=5.24,<6'")
+                         f"(tested: {', '.join(TESTED_VERSIONS)}.x): pip install 'lookupkit[transformers]'")
