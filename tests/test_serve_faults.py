@@ -101,6 +101,49 @@ def test_unknown_routes_and_methods_are_4xx_naming_the_routes(server):
     assert r.status_code == 200 and r.json()["tokens_predicted"] == 2
 
 
+def answers(url) -> None:
+    """The server still serves: a good request gets its tokens (asserted after every edge and fuzzed body)."""
+    r = post(url, "/completion", {"prompt": [1, 2, 3], "n_predict": 2, "temperature": 0})
+    assert r.status_code == 200 and r.json()["tokens_predicted"] == 2, r.text
+
+
+def first_piece(url, prompt) -> str:
+    r = post(url, "/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0, "return_tokens": True})
+    return r.json()["content"]
+
+
+def edge_bodies(url) -> list:
+    """Requests at the edges of a slot's life: one token (the slot ends on the prompt's row), a stop string
+    hit by the first token, budgets up to the context, a prompt of exactly the context."""
+    ids = [(7 * i) % 5000 + 1 for i in range(N_CTX)]
+    first = first_piece(url, "Hello there")
+    bodies = []
+    for stream in (False, True):
+        bodies += [
+            ("/v1/completions", {"prompt": "Hello there", "max_tokens": 1, "temperature": 0, "stream": stream}, 200),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 1,
+                                      "temperature": 0, "stream": stream}, 200),
+            ("/completion", {"prompt": "Hello there", "n_predict": 1, "stream": stream}, 200),
+            ("/completion", {"prompt": "Hello there", "n_predict": 0, "stream": stream}, 200),
+            ("/v1/completions", {"prompt": "Hello there", "stop": [first], "temperature": 0, "stream": stream}, 200),
+            ("/v1/completions", {"prompt": ids[:N_CTX - 1], "max_tokens": 1, "stream": stream}, 200),
+            ("/v1/completions", {"prompt": ids[:8], "max_tokens": N_CTX - 8, "ignore_eos": True, "temperature": 0,
+                                 "stream": stream}, 200),
+            ("/v1/completions", {"prompt": ids[:8], "max_tokens": N_CTX - 7, "stream": stream}, 400),
+            ("/v1/completions", {"prompt": ids, "max_tokens": 1, "stream": stream}, 400),
+        ]
+    return bodies
+
+
+def test_requests_at_the_edges_end_cleanly_and_the_server_still_answers(server):
+    for path, body, status in edge_bodies(server):
+        r = post(server, path, body)
+        assert r.status_code == status, (path, body, r.text[:300])
+        if status == 200 and body.get("stream"):
+            assert "data: " in r.text and '"error"' not in r.text, (path, body, r.text[-300:])
+        answers(server)
+
+
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
                     st.text(max_size=20), st.lists(st.integers(-5, 60000), max_size=6))
 FIELDS = ["prompt", "max_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p", "seed", "n", "stream",
@@ -114,15 +157,16 @@ BODIES = st.dictionaries(st.sampled_from(FIELDS), st.one_of(SCALARS, MESSAGES,
 
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(["/v1/completions", "/v1/chat/completions", "/completion"]), body=BODIES,
-       small=st.integers(1, 8))
+       small=st.sampled_from([0, 1, 1, 2, 8]))
 def test_fuzzed_bodies_never_get_a_5xx(server, path, body, small):
-    for key in ("max_tokens", "n_predict"):  # valid token budgets are kept small: the fuzz is of the input
-        if isinstance(body.get(key), int) and body[key] > small:
+    for key in ("max_tokens", "n_predict"):  # valid token budgets are kept small (0 and 1 drawn often): the
+        if isinstance(body.get(key), int) and body[key] > small:  # fuzz is of the input
             body[key] = small
     r = post(server, path, body)
     assert r.status_code < 500, (body, r.text)
     if r.status_code >= 400:
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    answers(server)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])

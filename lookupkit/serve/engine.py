@@ -252,8 +252,8 @@ class Engine:
                 self.on_batch(slot.seq, pos, toks, np.stack([m.row(row + j) for j in range(len(toks))]))
             if draft is None:
                 slot.t1 = time.perf_counter()
-                self._emit(slot, [slot.picker(m.row(row))], [], 0)
                 self.metrics.inc("prompt_tokens_total", by=len(slot.job.prompt))
+                self._emit(slot, [slot.picker(m.row(row))], [], 0)  # may finish the slot (its job is then gone)
             else:
                 new = verify(slot.picker, lambda j: m.row(row + j), draft)
                 n_acc = len(new) - 1
