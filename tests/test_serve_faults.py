@@ -129,7 +129,8 @@ def edge_bodies(url) -> list:
             ("/v1/completions", {"prompt": ids[:N_CTX - 1], "max_tokens": 1, "stream": stream}, 200),
             ("/v1/completions", {"prompt": ids[:8], "max_tokens": N_CTX - 8, "ignore_eos": True, "temperature": 0,
                                  "stream": stream}, 200),
-            ("/v1/completions", {"prompt": ids[:8], "max_tokens": N_CTX - 7, "stream": stream}, 400),
+            ("/v1/completions", {"prompt": ids[:8], "max_tokens": N_CTX, "ignore_eos": True, "stream": stream}, 200),
+            ("/v1/completions", {"prompt": ids[:8], "max_tokens": N_CTX + 1, "stream": stream}, 400),
             ("/v1/completions", {"prompt": ids, "max_tokens": 1, "stream": stream}, 400),
         ]
     return bodies

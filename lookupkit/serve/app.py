@@ -141,7 +141,10 @@ def make_app(served) -> Starlette:
         body = await _body(request, LlamaCompletionRequest)
         ids = await _prompt_ids(served, body.prompt)
         if body.n_predict == 0:  # llama-server: evaluate the prompt only; this server keeps no prompt cache
-            return JSONResponse(llama_final(served.model_id, "", [], _nothing(ids), False))
+            final = llama_final(served.model_id, "", [], _nothing(ids), body.stream)
+            if body.stream:
+                return StreamingResponse(iter([sse(final)]), media_type="text/event-stream")
+            return JSONResponse(final)
         limit = served.n_ctx_slot if body.n_predict < 0 else min(body.n_predict, served.n_ctx_slot)
         job = Submitted(served, ids, limit, body.sampling(), body.stop, body.ignore_eos)
         if body.stream:
