@@ -253,6 +253,7 @@ def test_on_gemma_every_emitted_token_is_greedy_in_its_batch():
 
     with running(served) as url:
         answers = in_threads(ask, 2)
+        seen = {seq: list(batches) for seq, batches in rows.items()}  # (n_predict 0 below decodes into a slot too)
         ids = [json.loads(httpx.post(f"{url}/completion", json={"prompt": p, "n_predict": 0}, timeout=60).text)
                ["tokens_evaluated"] for p in prompts]
     served.llm.close()
@@ -260,7 +261,7 @@ def test_on_gemma_every_emitted_token_is_greedy_in_its_batch():
     for a, n_prompt in zip(answers, ids):
         seq = [None] * n_prompt + a["tokens"]  # positions of the prompt, then the emitted tokens
         checked = 0
-        for pos, toks, best in rows[a["id_slot"]]:  # toks: [token at pos] + draft; row j predicts pos + j + 1
+        for pos, toks, best in seen[a["id_slot"]]:  # toks: [token at pos] + draft; row j predicts pos + j + 1
             for j, tok in enumerate(best):
                 at = pos + j + 1
                 if at >= len(seq) or toks[1:j + 1] != seq[pos + 1:at]:

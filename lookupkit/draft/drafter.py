@@ -51,7 +51,8 @@ class Drafter:
     default: the bundled one; a static cache's suffix index is drafted from when the table has learnt it),
     history (a draft.history.History to draft from and to learn each sequence into at reset, or None), and
     trust (the policy's online correction of its table on the text at hand, policy.trust: True, False for the
-    table alone, or (prior, window); it is kept across sequences, like the dynamic cache).
+    table alone, or (prior, window); like the dynamic cache, it keeps what a sequence taught unless that
+    sequence ends with reset(learn=False)).
     Thread safety: the static cache and a History may be shared by any number of
     Drafters in any threads; one Drafter follows one sequence, from one thread at a time.
     """
@@ -91,8 +92,8 @@ class Drafter:
         self._dyn = FlatCache.from_table(dynamic, thresholds=self.thresholds.dynamic)
         self._ctx = FlatCache(1024, 1024, self.thresholds.context)
         self._seq = np.zeros(1024, np.int32)
-        self._n = 0
         self._drafted_at = -1  # where the last policy draft was made (its trust learns what followed), -1: none
+        self._start_over()
         self.last_sources: list[str] = []
 
     @property
@@ -147,7 +148,8 @@ class Drafter:
 
     def reset(self, tokens=None, learn: bool = True) -> None:
         """End the sequence: learn it (unless learn=False) into the history if there is one, else merge its
-        context cache into the dynamic one; then clear it.
+        context cache into the dynamic one; then clear it. learn=False also forgets what the sequence taught
+        the policy's trust, so that nothing of it reaches the next sequence's drafts.
 
         `tokens`, if given, is the final sequence: what it adds to the sequence seen so far is counted first.
         """
@@ -158,6 +160,8 @@ class Drafter:
             self.history.learn(self._seq[:self._n])
         elif learn:
             self._dyn.merge(self._ctx)
+        elif self._pol is not None:  # what the sequence taught the trust goes with it
+            self._pol.trust.evidence[:] = self._trust_before
         self._start_over()
 
     def dynamic_table(self) -> NgramTable:
@@ -186,4 +190,5 @@ class Drafter:
         if self._pol is not None:
             clear_index(self._pol.index)
             reset_suffix(self._pol.suffix)
+            self._trust_before = self._pol.trust.evidence.copy()  # reset(learn=False) goes back to it
         self._n = 0

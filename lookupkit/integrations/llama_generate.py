@@ -145,6 +145,7 @@ class _Model:
         self.n_vocab = int(self.lib.llama_vocab_n_tokens(self.vocab))
         self.n_ctx = int(llm.n_ctx())
         self.n_batch = int(llm.context_params.n_batch)
+        self.n_swa = int(self.lib.llama_model_n_swa(llm.model))  # a sliding window's size, 0 for none
         self._row = ctypes.c_float * self.n_vocab
         self._piece = ctypes.create_string_buffer(64)
 
@@ -176,6 +177,11 @@ class _Model:
         """Drop sequence seq's KV cells at positions >= pos (rejected drafts; pos 0: the whole sequence)."""
         if not self.lib.llama_memory_seq_rm(self.mem, seq, pos, -1):
             raise InputError(f"this model's KV cache cannot drop positions from {pos} on, which drafting needs")
+
+    def pos_min(self, seq: int = SEQ) -> int:
+        """The smallest position sequence seq's KV cells hold (-1: none); a sliding-window layer's cache forgets
+        the oldest positions as it goes."""
+        return int(self.lib.llama_memory_seq_pos_min(self.mem, seq))
 
     def clear(self) -> None:
         self.lib.llama_memory_clear(self.mem, True)

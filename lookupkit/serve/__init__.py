@@ -1,7 +1,8 @@
 """`lookupkit serve`: an OpenAI-compatible HTTP server (and llama-server's /completion) drafting with lookupkit.
 
 One module per job: `startup` opens everything once (model, caches, tables, kernels, chat template),
-`engine` is the thread that owns the llama.cpp context and batches every slot's verify step,
+`engine` is the thread that owns the llama.cpp context and batches every slot's verify step, `slots`
+the slots it serves them through and the prompt cache each keeps,
 `sampling` picks tokens and verifies drafts so that drafting never changes the output distribution,
 `text` turns ids into streamed text with stop strings, `protocol` validates requests and shapes
 refusals, `responses` builds OpenAI and llama-server bodies, `metrics` the Prometheus text, `chat` the

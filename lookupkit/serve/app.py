@@ -2,8 +2,8 @@
 llama-server's /completion, /health and /metrics, on Starlette + uvicorn.
 
 Handlers never touch llama.cpp: each request becomes an engine Job whose events the engine thread
-hands over with `loop.call_soon_threadsafe` into an asyncio queue, one event per verify step (not per
-token). While a response is pending or streaming, a watcher reads the connection's ASGI `receive`: a
+hands over with `loop.call_soon_threadsafe` into an asyncio queue, one event per verify step; a stream
+sends one event per token, as llama-server's clients expect. While a response is pending or streaming, a watcher reads the connection's ASGI `receive`: a
 client that goes away cancels its job at once (out of the queue, or out of its slot within one step).
 
 Why this stack: Starlette is the maintained ASGI toolkit FastAPI is built on, and FastAPI's one gain
@@ -45,11 +45,13 @@ FAILED = {"error": 500, "shutdown": 503, "cancelled": 499}  # a Done that is no 
 class Submitted:
     """A job in the engine, its events as an async iterator."""
 
-    def __init__(self, served, prompt, max_tokens: int, sampling: Sampling, stops: list, ignore_eos: bool):
+    def __init__(self, served, prompt, max_tokens: int, sampling: Sampling, stops: list, ignore_eos: bool,
+                 cache_prompt: bool = True):
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self.engine = served.engine
         self.job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling, stops=stops, ignore_eos=ignore_eos,
+                       cache_prompt=cache_prompt,
                        deliver=lambda event: loop.call_soon_threadsafe(self.queue.put_nowait, event))
         self.done: Done | None = None
         try:
@@ -140,13 +142,9 @@ def make_app(served) -> Starlette:
     async def completion(request: Request):
         body = await _body(request, LlamaCompletionRequest)
         ids = await _prompt_ids(served, body.prompt)
-        if body.n_predict == 0:  # llama-server: evaluate the prompt only; this server keeps no prompt cache
-            final = llama_final(served.model_id, "", [], _nothing(ids), body.stream)
-            if body.stream:
-                return StreamingResponse(iter([sse(final)]), media_type="text/event-stream")
-            return JSONResponse(final)
+        # n_predict 0: the prompt is only decoded into a slot's cache (llama-server's way to warm it)
         limit = served.n_ctx_slot if body.n_predict < 0 else min(body.n_predict, served.n_ctx_slot)
-        job = Submitted(served, ids, limit, body.sampling(), body.stop, body.ignore_eos)
+        job = Submitted(served, ids, limit, body.sampling(), body.stop, body.ignore_eos, body.cache_prompt)
         if body.stream:
             return EventStream(job, _llama_chunks(served, job, len(ids)))
         tokens, text, done = await job.collect(request.receive)
@@ -183,7 +181,7 @@ async def _body(request: Request, model):
 
 
 async def _openai(served, request: Request, body, ids, limit: int, stops: list, chat: bool):
-    job = Submitted(served, ids, limit, body.sampling(), stops, body.ignore_eos)
+    job = Submitted(served, ids, limit, body.sampling(), stops, body.ignore_eos, body.cache_prompt)
     out = OpenAIBody(served.model_id, chat)
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage
@@ -198,8 +196,9 @@ async def _openai_chunks(job: Submitted, out: OpenAIBody, usage: bool):
         yield sse(first)
     async for event in job.events():
         if isinstance(event, Delta):
-            if event.text:
-                yield sse(out.chunk(event.text))
+            for piece in event.pieces:  # one chunk per token that released text
+                if piece:
+                    yield sse(out.chunk(piece))
         elif event.reason in FAILED:
             yield sse(ApiError(FAILED[event.reason], event.message).body())
         else:
@@ -213,19 +212,15 @@ async def _llama_chunks(served, job: Submitted, n_prompt: int):
     n = 0
     async for event in job.events():
         if isinstance(event, Delta):
-            n += len(event.tokens)
-            yield sse(llama_chunk(event, n_prompt, n))
+            for tok, piece in zip(event.tokens, event.pieces):  # one event per token
+                n += 1
+                yield sse(llama_chunk(Delta([tok], piece), n_prompt, n))
         elif event.reason in FAILED:
             yield sse(ApiError(FAILED[event.reason], event.message).body())
         else:
             if event.text:
                 yield sse(llama_chunk(Delta([], event.text), n_prompt, n))
             yield sse(llama_final(served.model_id, "", [], event, True))
-
-
-def _nothing(ids) -> Done:
-    return Done("limit", stats={"prompt_n": len(ids), "prompt_s": 0.0, "predicted_n": 0, "predicted_s": 0.0,
-                                "calls": 0, "drafted": 0, "accepted": 0})
 
 
 async def _prompt_ids(served, prompt) -> list:

@@ -43,8 +43,8 @@ import numpy as np
 from ..draft.learning import end_sequence
 from ..errors import InputError
 from ..integrations.llama_generate import _Batch, _Model, verify
-from .sampling import Picker, Sampling
-from .text import TextOut
+from .sampling import Sampling
+from .slots import EMPTY, Slot, choose
 
 log = logging.getLogger("lookupkit.serve")
 
@@ -59,9 +59,11 @@ class Busy(Exception):
 
 @dataclass
 class Delta:
-    """New tokens of a request and the text that may be sent for them."""
+    """New tokens of a request, the text that may be sent for them, and that text token by token (pieces[i]
+    is what tokens[i] released: "" while a stop string or a UTF-8 character is still open)."""
     tokens: list
     text: str
+    pieces: list = field(default_factory=list)
 
 
 @dataclass
@@ -84,27 +86,11 @@ class Job:
     deliver: object
     stops: list = field(default_factory=list)
     ignore_eos: bool = False
+    cache_prompt: bool = True  # start from the slot cache with the longest common prefix (serve.slots)
     cancelled: bool = False
 
     def cancel(self) -> None:
         self.cancelled = True
-
-
-class _Slot:
-    def __init__(self, seq: int, drafter):
-        self.seq, self.drafter, self.job = seq, drafter, None
-
-    def start(self, job: Job, piece) -> None:
-        self.job, self.fed, self.out, self.tok = job, 0, [], None
-        self.picker, self.text = Picker(job.sampling), TextOut(piece, job.stops)
-        self.t0, self.t1 = time.perf_counter(), None
-        self.calls = self.drafted = self.accepted = 0
-
-    def stats(self) -> dict:
-        now = time.perf_counter()
-        t1 = self.t1 or now
-        return {"slot": self.seq, "prompt_n": len(self.job.prompt), "prompt_s": t1 - self.t0, "predicted_n": len(self.out),
-                "predicted_s": now - t1, "calls": self.calls, "drafted": self.drafted, "accepted": self.accepted}
 
 
 class Engine:
@@ -119,7 +105,8 @@ class Engine:
         if self.m.n_batch < parallel * (self.n_draft + 1):
             raise InputError(f"n_batch {self.m.n_batch} cannot hold {parallel} slots' drafts of {self.n_draft} "
                              f"(open the model with n_batch >= {parallel * (self.n_draft + 1)})")
-        self.slots = [_Slot(i, make_drafter() if make_drafter else None) for i in range(parallel)]
+        self.slots = [Slot(i, make_drafter() if make_drafter else None) for i in range(parallel)]
+        self.n_swa = max(1, self.m.n_swa)
         self.queue, self.metrics, self.on_batch = queue, metrics, on_batch
         self.learn, self.on_learnt = learn, on_learnt
         self.batch = _Batch(self.m.lib, self.m.n_batch)
@@ -134,6 +121,7 @@ class Engine:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
+        job.prompt = np.asarray(job.prompt, np.int32)
         with self._cv:
             if self._closing:
                 raise Busy("the server is shutting down: send the request to another server")
@@ -189,19 +177,22 @@ class Engine:
                         self._cv.wait()
                     if self._closing:
                         break
-                    dropped = []
-                    for slot in self.slots:
-                        while slot.job is None and self._pending:
-                            job = self._pending.popleft()
-                            if job.cancelled:  # its client left while cancel() waited for the lock
-                                dropped.append(job)
-                            else:
-                                slot.start(job, self.m.piece)
-                                self._busy += 1
+                    dropped, started = [], []
+                    while self._pending and self._busy < len(self.slots):
+                        job = self._pending.popleft()
+                        if job.cancelled:  # its client left while cancel() waited for the lock
+                            dropped.append(job)
+                            continue
+                        slot, keep = choose([s for s in self.slots if s.job is None], job.prompt, job.cache_prompt)
+                        slot.start(job, self.m.piece)
+                        started.append((slot, keep))
+                        self._busy += 1
                     self.metrics.gauge("queue_depth", len(self._pending))
                     self.metrics.gauge("slots_busy", self._busy)
                 for job in dropped:
                     self._cancelled(job)
+                for slot, keep in started:
+                    slot.fed = slot.cache_n = self._keep(slot, keep)
                 self._step()
         except Exception as exc:  # llama.cpp or a bug: every request is told, none hangs
             log.exception("the engine stopped")
@@ -209,6 +200,15 @@ class Engine:
         finally:
             self._end_all("shutdown", "the server is shutting down: retry on another server, or later")
             self.batch.free()
+
+    def _keep(self, slot: Slot, keep: int) -> int:
+        """Cut the slot's KV cache to the first `keep` tokens of its cache, or to nothing where a sliding-window
+        layer no longer holds the cells decoding from there needs (llama-server's test); returns what is kept."""
+        if 0 < keep < len(slot.cached) and self.m.pos_min(slot.seq) > max(0, keep - self.n_swa):
+            keep = 0
+        self.m.forget_from(keep, slot.seq)
+        self.metrics.inc("prompt_tokens_reused_total", by=keep)
+        return keep
 
     def _step(self) -> None:
         b, m = self.batch, self.m
@@ -225,8 +225,9 @@ class Engine:
             room = b.capacity - b.b.n_tokens
             if slot.job is None or slot.tok is not None or room <= 0:
                 continue
-            if slot.fed == 0 and slot.drafter is not None:
+            if not slot.primed and slot.drafter is not None:
                 slot.drafter.accept(slot.job.prompt)
+            slot.primed = True
             chunk = slot.job.prompt[slot.fed:slot.fed + room]
             last = slot.fed + len(chunk) == len(slot.job.prompt)
             row = b.add(chunk, slot.fed, int(last), slot.seq)
@@ -252,8 +253,11 @@ class Engine:
                 self.on_batch(slot.seq, pos, toks, np.stack([m.row(row + j) for j in range(len(toks))]))
             if draft is None:
                 slot.t1 = time.perf_counter()
-                self.metrics.inc("prompt_tokens_total", by=len(slot.job.prompt))
-                self._emit(slot, [slot.picker(m.row(row))], [], 0)  # may finish the slot (its job is then gone)
+                self.metrics.inc("prompt_tokens_total", by=len(slot.job.prompt) - slot.cache_n)
+                if slot.job.max_tokens == 0:  # the prompt only (llama-server's n_predict 0): now in the cache
+                    self._finish(slot, Done("limit"))
+                else:
+                    self._emit(slot, [slot.picker(m.row(row))], [], 0)  # may finish the slot (its job is then gone)
             else:
                 new = verify(slot.picker, lambda j: m.row(row + j), draft)
                 n_acc = len(new) - 1
@@ -263,7 +267,7 @@ class Engine:
                 self.metrics.inc("verify_calls_total")
                 self._emit(slot, new, draft, n_acc)
 
-    def _draft(self, slot: _Slot, k: int) -> list:
+    def _draft(self, slot: Slot, k: int) -> list:
         if slot.drafter is None or k <= 0:
             return []
         draft = slot.drafter.draft(None, k)
@@ -277,13 +281,14 @@ class Engine:
             draft = draft[:bad]
         return draft
 
-    def _emit(self, slot: _Slot, new: list, draft: list, n_acc: int) -> None:
+    def _emit(self, slot: Slot, new: list, draft: list, n_acc: int) -> None:
         job, done, text, taken = slot.job, None, [], []
         for tok in new:
             slot.out.append(tok)
             taken.append(tok)
             if not job.ignore_eos and self.m.is_eog(tok):
                 done = Done("eos")
+                text.append("")
             else:
                 text.append(slot.text.push((tok,)))
                 if slot.text.stopped_by is not None:
@@ -308,18 +313,19 @@ class Engine:
         self.metrics.tokens(len(taken))
         if slot.drafter is not None:
             slot.drafter.accept(taken)
-        self._deliver(job, Delta(taken, "".join(text)))
+        self._deliver(job, Delta(taken, "".join(text), text))
         if done is not None:
             self._finish(slot, done)
 
-    def _finish(self, slot: _Slot, done: Done) -> None:
+    def _finish(self, slot: Slot, done: Done) -> None:
         job = slot.job
         done.text = slot.text.finish() if done.reason not in ("cancelled", "error") else ""
         done.stats = slot.stats()
-        self.m.forget_from(0, slot.seq)
+        cached = slot.in_cache() if done.reason != "error" else EMPTY  # an error leaves cells of unknown state
+        self.m.forget_from(len(cached), slot.seq)
         if slot.drafter is not None:
             self._learn(slot.drafter, done.reason != "error")
-        slot.job = None
+        slot.idle(cached)
         with self._cv:
             self._busy -= 1
             self.metrics.gauge("slots_busy", self._busy)

@@ -15,6 +15,7 @@ METRICS = {  # name: (type, help)
     "requests_total": ("counter", "Requests by outcome: eos, word (stop string), limit (max_tokens), ctx (context "
                                   "full), cancelled, shutdown, error, rejected (503), invalid (4xx)"),
     "prompt_tokens_total": ("counter", "Prompt tokens decoded"),
+    "prompt_tokens_reused_total": ("counter", "Prompt tokens a slot's cache already held (not decoded again)"),
     "generated_tokens_total": ("counter", "Tokens generated"),
     "decode_calls_total": ("counter", "llama_decode calls (one verifies the drafts of every busy slot)"),
     "verify_calls_total": ("counter", "Slot verify steps (a slot's [last token] + draft in a decode)"),

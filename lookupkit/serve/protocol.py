@@ -119,6 +119,7 @@ class _OpenAI(_Body, _Sampled):
     frequency_penalty: float = 0.0
     logit_bias: dict | None = None
     user: str | None = None
+    cache_prompt: bool = True  # llama-server's: start from the slot cache with the longest common prefix
 
     @field_validator("n")
     @classmethod
@@ -201,4 +202,4 @@ class LlamaCompletionRequest(_Body, _Sampled):
     stream: bool = False
     return_tokens: bool = False
     ignore_eos: bool = False
-    cache_prompt: bool = True  # accepted for llama-server's clients; this server keeps no prompt cache
+    cache_prompt: bool = True  # start from the slot cache with the longest common prefix (serve.slots)

@@ -14,8 +14,9 @@ STOP_TYPE = {"eos": "eos", "word": "word", "limit": "limit", "ctx": "limit"}  # 
 
 
 def timings(stats: dict) -> dict:
-    n_p, s_p, n_g, s_g = stats["prompt_n"], stats["prompt_s"], stats["predicted_n"], stats["predicted_s"]
-    out = {"cache_n": 0, "prompt_n": n_p, "prompt_ms": 1e3 * s_p, "prompt_per_token_ms": 1e3 * s_p / n_p if n_p else 0.0,
+    """llama-server's timings: prompt_n counts the prompt tokens decoded, cache_n those a slot's cache held."""
+    n_p, s_p, n_g, s_g = stats["prompt_n"] - stats["cache_n"], stats["prompt_s"], stats["predicted_n"], stats["predicted_s"]
+    out = {"cache_n": stats["cache_n"], "prompt_n": n_p, "prompt_ms": 1e3 * s_p, "prompt_per_token_ms": 1e3 * s_p / n_p if n_p else 0.0,
            "prompt_per_second": n_p / s_p if s_p > 0 else 0.0, "predicted_n": n_g, "predicted_ms": 1e3 * s_g,
            "predicted_per_token_ms": 1e3 * s_g / n_g if n_g else 0.0,
            "predicted_per_second": n_g / s_g if s_g > 0 else 0.0}
@@ -26,7 +27,8 @@ def timings(stats: dict) -> dict:
 
 def usage(stats: dict) -> dict:
     return {"prompt_tokens": stats["prompt_n"], "completion_tokens": stats["predicted_n"],
-            "total_tokens": stats["prompt_n"] + stats["predicted_n"]}
+            "total_tokens": stats["prompt_n"] + stats["predicted_n"],
+            "prompt_tokens_details": {"cached_tokens": stats["cache_n"]}}
 
 
 def sse(obj) -> bytes:
@@ -73,7 +75,7 @@ class OpenAIBody:
 
 
 def llama_chunk(delta, n_prompt: int, n_decoded: int) -> dict:
-    """A streamed /completion event (llama-server sends one per token; this server one per verify step)."""
+    """A streamed /completion event (one per token, as llama-server sends them)."""
     return {"index": 0, "content": delta.text, "tokens": delta.tokens, "stop": False, "id_slot": -1,
             "tokens_predicted": n_decoded, "tokens_evaluated": n_prompt}
 
@@ -85,4 +87,4 @@ def llama_final(model_id: str, text: str, tokens: list, done, streamed: bool) ->
             "id_slot": s.get("slot", -1),
             "stop": True, "model": model_id, "tokens_predicted": s["predicted_n"], "tokens_evaluated": s["prompt_n"],
             "truncated": False, "stop_type": STOP_TYPE.get(done.reason, "none"), "stopping_word": done.stopping_word,
-            "tokens_cached": 0, "timings": timings(s)}
+            "tokens_cached": s["prompt_n"] + max(0, s["predicted_n"] - 1), "timings": timings(s)}
