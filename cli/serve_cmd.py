@@ -4,7 +4,8 @@ lookupkit, its caches opened once at start-up (lookupkit.serve.startup) and shar
 Start-up prints what it opened and how long each part took, then `listening on http://HOST:PORT`
 (--port 0: a free port, printed). SIGTERM (or Ctrl-C) stops accepting connections, lets requests in
 flight finish for up to --shutdown-timeout seconds, aborts the rest, saves the history (--state) and
-exits 0 (Ctrl-C: 130).
+exits 0 (Ctrl-C: 130). SIGHUP opens the -lcs file again and drafts from it from each slot's next request
+(replace the file by a rename; one that fails its checks is refused in the log and the old one kept).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from lookupkit.errors import InputError
+from lookupkit.errors import InputError, LookupkitError
 from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT, DEFAULT_CTX
 from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import (LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS, VERIFY_COST, LearnMode,
@@ -113,6 +114,7 @@ def serve_cmd(
         # uvicorn handles SIGTERM (stop accepting, wait, shut the app down) and then raises the signal again
         # for the handler it found installed: with this one, that is a no-op and the command exits 0.
         signal.signal(signal.SIGTERM, lambda *_: None)
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(served,), daemon=True).start())
         _server_class()(config, served.engine, shutdown_timeout).run(sockets=[sock])
     finally:
         try:
@@ -125,6 +127,15 @@ def serve_cmd(
 
 
 FLUSH_S = 2.0  # after --shutdown-timeout, what uvicorn gives aborted streams to send their last event
+
+
+def _reload(served) -> None:
+    """SIGHUP: the -lcs file opened again (replace it by a rename first); a bad file is one log line."""
+    log = logging.getLogger("lookupkit.serve")
+    try:
+        log.warning("SIGHUP: %s", served.reload_static())
+    except LookupkitError as exc:
+        log.warning("SIGHUP: %s (the server drafts from the cache it had)", exc)
 
 
 def _server_class():

@@ -34,7 +34,7 @@ from ..counts.match_index import clear_index, ensure_room, index_positions
 from ..verify_cost import VerifyCost
 from ..policy.confidence import load as load_table
 from ..verify_cost import DEFAULT_COST
-from ..policy.chain import check_policy, learn, make_policy, policy_draft
+from ..policy.chain import check_policy, learn, make_policy, policy_draft, with_static
 from ..policy.suffix_source import reset as reset_suffix
 from .history import History
 from ..policy.trust import params_of
@@ -163,6 +163,15 @@ class Drafter:
         elif self._pol is not None:  # what the sequence taught the trust goes with it
             self._pol.trust.evidence[:] = self._trust_before
         self._start_over()
+
+    def use_static(self, static: StaticCache | None) -> None:
+        """Draft from another static cache from the next call on, all else kept (a server's -lcs replaced while
+        it runs); checking its vocabulary is the caller's job."""
+        self.static = static
+        self._st = static_arrays(static, self.thresholds.static)
+        self._memo = new_memo(1 << 12)
+        if self._pol is not None:
+            self._pol = with_static(self._pol, getattr(static, "high", None), getattr(static, "suffix", None))
 
     def dynamic_table(self) -> NgramTable:
         """The dynamic cache's counts (to save as an -lcd file), saturated at 2^31-1."""

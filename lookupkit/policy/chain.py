@@ -101,11 +101,18 @@ def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=
     trust: (prior, window) of the online correction (policy.trust; prior 0: off)."""
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
-    sx = suffix_arrays(suffix if suffix_on(table) else None, n_draft,
+    pol = Policy(np.int64(1), history_rows(table), np.ascontiguousarray(agree, np.float64), cost, no_high(),
+                 np.zeros((N_CANDIDATES, 3), np.int64), new_index(), no_suffix(),
+                 history if history is not None else no_history(), tr.new_trust(n_draft, *trust))
+    return with_static(pol, high, suffix)
+
+
+def with_static(pol: Policy, high: High | None, suffix=None) -> Policy:
+    """pol drafting from another static cache's higher orders and suffix index (the rest of its state kept)."""
+    table = pol.table
+    sx = suffix_arrays(suffix if suffix_on(table) else None, len(pol.cost) - 1,
                        min_match=min_match_of(table[SRC_SUFFIX:SRC_SUFFIX + 2]))
-    return Policy(np.int64(1), history_rows(table), np.ascontiguousarray(agree, np.float64), cost,
-                  high if high is not None else no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(), sx,
-                  history if history is not None else no_history(), tr.new_trust(n_draft, *trust))
+    return pol._replace(high=high if high is not None else no_high(), suffix=sx)
 
 
 def history_rows(table) -> np.ndarray:

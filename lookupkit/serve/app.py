@@ -32,13 +32,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
+from ..errors import LookupkitError
 from .engine import Busy, Delta, Done, Job
 from .protocol import ApiError, ChatRequest, CompletionRequest, LlamaCompletionRequest, from_validation
 from .responses import OpenAIBody, llama_chunk, llama_final, sse
 from .sampling import Sampling
 
 log = logging.getLogger("lookupkit.serve")
-ROUTES = "POST /v1/completions, POST /v1/chat/completions, POST /completion, GET /v1/models, /health, /metrics"
+ROUTES = ("POST /v1/completions, POST /v1/chat/completions, POST /completion, GET /v1/models, /health, /metrics, "
+          "POST /static/reload")
 FAILED = {"error": 500, "shutdown": 503, "cancelled": 499}  # a Done that is no answer, and its status (499: the client left)
 
 
@@ -161,13 +163,23 @@ def make_app(served) -> Starlette:
         busy = served.engine.busy
         return JSONResponse({"status": "ok", "slots_idle": len(served.engine.slots) - busy, "slots_processing": busy})
 
+    async def reload_static(request: Request):
+        if not getattr(served, "api_keys", None):
+            raise ApiError(403, "POST /static/reload changes what every client is drafted from: start the server "
+                                "with --api-key to use it (or send the server SIGHUP)")
+        try:
+            return JSONResponse({"reloaded": await run_in_threadpool(served.reload_static)})
+        except LookupkitError as exc:
+            raise ApiError(400, f"{exc} (the server drafts from the cache it had)") from None
+
     async def metrics(request: Request):
         return PlainTextResponse(served.metrics.render(), media_type="text/plain; version=0.0.4")
 
     routes = [Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/completion", completion, methods=["POST"]),
-              Route("/v1/models", list_models), Route("/health", health), Route("/metrics", metrics)]
+              Route("/v1/models", list_models), Route("/health", health), Route("/metrics", metrics),
+              Route("/static/reload", reload_static, methods=["POST"])]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=_error_handlers(served))
 
 

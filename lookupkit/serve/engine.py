@@ -113,6 +113,8 @@ class Engine:
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
         self._busy = 0
+        self._static = None  # a static cache to switch to (swap_static), and how many swaps there were
+        self.static_swaps = 0
         self._closing = False
         self._warned = False
         self._thread = threading.Thread(target=self._run, name="lookupkit-engine", daemon=True)
@@ -131,6 +133,13 @@ class Engine:
             self._pending.append(job)
             self.metrics.gauge("queue_depth", len(self._pending))
             self._cv.notify()
+
+    def swap_static(self, static) -> None:
+        """Draft from `static` (an open StaticCache of the model's vocabulary) from now on: each slot switches
+        when it next starts a request, so requests in flight finish on the mapping they began with."""
+        with self._cv:
+            self._static = static
+            self.static_swaps += 1
 
     def cancel(self, job: Job) -> None:
         """Stop a job (its client is gone): out of the queue now, out of its slot within one step."""
@@ -184,6 +193,9 @@ class Engine:
                             dropped.append(job)
                             continue
                         slot, keep = choose([s for s in self.slots if s.job is None], job.prompt, job.cache_prompt)
+                        if slot.drafter is not None and slot.swaps != self.static_swaps:
+                            slot.drafter.use_static(self._static)
+                            slot.swaps = self.static_swaps
                         slot.start(job, self.m.piece)
                         started.append((slot, keep))
                         self._busy += 1

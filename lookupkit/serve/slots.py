@@ -34,6 +34,7 @@ class Slot:
         self.seq, self.drafter, self.job = seq, drafter, None
         self.cached = EMPTY  # the tokens whose KV cells this sequence holds while it is idle
         self.idle_since = 0
+        self.swaps = 0  # the engine's static-cache swaps this slot's drafter has followed
 
     def reusable(self, prompt: np.ndarray) -> int:
         """How many of the prompt's tokens this slot's cache holds (never the last: its logits are needed)."""

@@ -28,6 +28,20 @@ class Served:
     loaded: list = field(default_factory=list)  # (what, seconds, detail) in the order they were opened
     history: object = None  # the History every slot shares (--learn history), else None
     keeper: object = None  # its serve.state.StateKeeper (--state), else None
+    lcs: object = None  # the -lcs path, opened again by reload_static
+    vocab: object = None  # the model's vocabulary, which a static cache must have
+
+    def reload_static(self) -> str:
+        """Open the -lcs file again (O(1): its header checked, then mapped) and have the engine draft from it
+        (SIGHUP, POST /static/reload); a file that fails its checks is refused and the old mapping stays."""
+        from ..static import StaticCache
+
+        if self.lcs is None:
+            raise InputError("this server was started without -lcs: there is no static cache to reload")
+        t = time.perf_counter()
+        static = StaticCache.open(self.lcs, expect_vocab=self.vocab)
+        self.engine.swap_static(static)
+        return f"static cache {self.lcs} opened again in {1e3 * (time.perf_counter() - t):.2f} ms"
 
 
 def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_table=None, verify_cost=None,
@@ -98,7 +112,8 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
         raise
     model_id = str(model) if str(model) in models.MODELS else Path(path).name
     return Served(llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id, n_vocab=engine.m.n_vocab,
-                  n_ctx_slot=engine.n_ctx_slot, loaded=loaded, history=history, keeper=keeper)
+                  n_ctx_slot=engine.n_ctx_slot, loaded=loaded, history=history, keeper=keeper,
+                  lcs=lcs if static is not None else None, vocab=vocab)
 
 
 def _describe_history(history) -> str:
