@@ -160,6 +160,16 @@ class Drafter:
             self._dyn.merge(self._ctx)
         self._start_over()
 
+    def use_history(self, history: History) -> None:
+        """Draft from and learn into `history` from now on (another of the same vocabulary, e.g. the next
+        request's tenant's: a server's slot serves many); the Drafter must have been made with a history."""
+        if self.history is None or not isinstance(history, History):
+            raise InputError("use_history swaps one History for another: make the Drafter with history=History()")
+        if history is not self.history:
+            history.check_vocab(self.history.vocab)
+            self.history = history
+            self._pol = self._pol._replace(history=history.view())
+
     def dynamic_table(self) -> NgramTable:
         """The dynamic cache's counts (to save as an -lcd file), saturated at 2^31-1."""
         return self._dyn.to_table()

@@ -202,3 +202,4 @@ class LlamaCompletionRequest(_Body, _Sampled):
     return_tokens: bool = False
     ignore_eos: bool = False
     cache_prompt: bool = True  # accepted for llama-server's clients; this server keeps no prompt cache
+    user: str | None = None  # OpenAI's end-user id, the request's tenant when the server has no API keys
