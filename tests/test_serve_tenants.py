@@ -168,3 +168,30 @@ def test_key_file_refusals_are_one_line(tiny_gguf, tmp_path):
                            text=True, timeout=WAIT_S)
         assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, (args, r.stderr)
         assert all(f in r.stderr for f in fragments), (args, r.stderr)
+
+
+def test_a_replica_started_from_the_fleets_merged_state_drafts_what_the_fleet_served(tiny_gguf, fresh, tmp_path):
+    from lookupkit.serve.state import merge_states
+
+    states = []
+    for user in ("alice", "bob"):  # two replicas, each served one tenant
+        states.append(tmp_path / f"{user}.lkh")
+        served = serve(tiny_gguf, state=states[-1])
+        try:
+            with running(served) as url:
+                complete(url, user=user)
+            served.keeper.close()
+        finally:
+            served.llm.close()
+    merge_states(states, tmp_path / "fleet.lkh")
+    served = serve(tiny_gguf, state=tmp_path / "fleet.lkh")
+    try:
+        with running(served) as url:
+            for user in ("alice", "bob", "carol"):
+                drafted, accepted = counts(complete(url, user=user))
+                if user == "carol":  # served by neither replica: nothing of the others' text
+                    assert (drafted, accepted) == fresh
+                else:
+                    assert accepted > fresh[1] + N // 8
+    finally:
+        served.llm.close()

@@ -105,6 +105,7 @@ class Tenants:
         self.dropped = 0  # tenants whose History made room for another's
         self._lock = threading.Lock()
         self._kept: OrderedDict[str, list] = OrderedDict()  # id -> [History, last used (ms)], least recent first
+        self._clock = 0  # the last "last used": ms since the epoch, one more if the clock has not moved on
 
     def history(self, tenant: str) -> History:
         """The tenant's History (made empty if it has none), now its most recently used."""
@@ -116,7 +117,7 @@ class Tenants:
                     self._kept.popitem(last=False)
                     self.dropped += 1
                 kept = [History(self.tenant_budget, vocab=self.vocab), 0]
-            kept[1] = int(time.time() * 1e3)
+            self._clock = kept[1] = max(int(time.time() * 1e3), self._clock + 1)  # the order survives a save
             self._kept[tenant] = kept
             return kept[0]
 
@@ -171,6 +172,7 @@ class Tenants:
             log = group[0].log if len(group) == 1 else newest_first([t.log for t in group], out.tenant_budget)
             hist = History.of_log(log, out.tenant_budget, vocab, sum(t.learnt for t in group))
             out._kept[tenant] = [hist, group[0].last_used_ms]
+            out._clock = max(out._clock, group[0].last_used_ms)
         return out
 
     def describe(self) -> str:
