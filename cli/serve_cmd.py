@@ -69,9 +69,8 @@ def serve_cmd(
                                            "requests in flight may take to finish before they are aborted."),
     learn: LearnMode = typer.Option(LearnMode.off, "--learn", help="What a finished request teaches later ones: off "
                                     "(nothing: no request's text reaches another's drafts), dynamic (each slot's "
-                                    "dynamic cache, llama.cpp's rule), history (one history every slot drafts from; "
-                                    "--policy lookupkit; per tenant, --learn-scope). Drafts are verified: outputs never "
-                                    "change."),
+                                    "dynamic cache, llama.cpp's rule), history (a history per tenant, --learn-scope, every slot "
+                                    "drafts from; --policy lookupkit). Drafts are verified: outputs never change."),
     learn_scope: str = typer.Option("tenant", "--learn-scope", metavar="|".join(SCOPES), help="--learn history: "
                                     "tenant (a request drafts only from what its tenant was served: its API key's, "
                                     "else its body's `user`'s, else the anonymous one's) or global (one history for "
