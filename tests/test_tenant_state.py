@@ -169,6 +169,10 @@ def test_the_merge_command_says_what_it_wrote_and_refuses_in_one_line(tmp_path):
                                     capture_output=True, text=True, timeout=120)
     r = run(one, one, "-o", out)
     assert r.returncode == 0 and r.stdout.startswith(f"wrote {out}: 1 tenants kept apart"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "lookupkit", "inspect", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "lkh v2" in r.stdout and "1, kept apart (a request drafts only from its own" in r.stdout
+    assert f"{tenant_id(user='a')}           101 of 1,024 positions, 1 sequences kept, 2 learnt" in r.stdout
     cut = tmp_path / "cut.lkh"
     cut.write_bytes(one.read_bytes()[:-1])
     for args, fragment in [((one, two, "-o", tmp_path / "x.lkh"), "another vocabulary"),
@@ -228,3 +232,22 @@ def test_the_state_layout_round_trips_and_refuses_a_cut_of_itself(tmp_path_facto
     path.write_bytes(raw[:data.draw(st.integers(0, len(raw) - 1))])
     with pytest.raises(FormatError, match="not a valid lookupkit history state"):
         history_state.read(path)
+
+
+def test_a_drafter_is_pointed_at_another_history_of_its_vocabulary_only():
+    from lookupkit import Drafter
+
+    mine, theirs = History(4096, vocab=VOCAB), History(4096, vocab=VOCAB)
+    theirs.learn(np.arange(200))
+    drafter = Drafter(policy="lookupkit", history=mine)
+    drafter.accept(np.arange(150))
+    assert drafter.draft(None, 8) == []  # its own history holds nothing of theirs
+    drafter.reset(learn=False)
+    drafter.use_history(theirs)
+    drafter.accept(np.arange(150))
+    draft = drafter.draft(None, 8)
+    assert draft and draft == list(range(150, 150 + len(draft))) and drafter.history is theirs
+    with pytest.raises(VocabMismatchError):
+        drafter.use_history(History(4096, vocab="0" * 64))
+    with pytest.raises(InputError, match="make the Drafter with history"):
+        Drafter(policy="lookupkit").use_history(mine)

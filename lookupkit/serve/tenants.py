@@ -135,11 +135,6 @@ class Tenants:
         with self._lock:
             return sum(h.learnt for h, _ in self._kept.values())
 
-    def n_sequences(self) -> int:
-        with self._lock:
-            kept = [h for h, _ in self._kept.values()]
-        return sum(h.n_sequences() for h in kept)
-
     def snapshot(self) -> list:
         """Every tenant's log as a formats.history_state.TenantLog (least recently used first), each copied
         under its History's lock."""
