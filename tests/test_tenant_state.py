@@ -155,6 +155,12 @@ def test_merge_refuses_another_vocabulary_or_scope_and_writes_nothing(tmp_path):
     with pytest.raises(InputError, match="shared.lkh keeps one history shared by every client.*one.lkh keeps "
                                          "tenants apart"):
         merge_states([one, shared], out)
+    with pytest.raises(InputError, match="--tenant-budget applies to states that keep tenants apart"):
+        merge_states([shared, shared], out, tenant_budget=1024)
+    assert not out.exists()
+    assert "one History for every client" in merge_states([shared, shared], out)
+    assert History.load(out).tokens().tolist() == [-1, *range(100)]  # one shared History: the same sequence once
+    out.unlink()
     assert not out.exists()
 
 

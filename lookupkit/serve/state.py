@@ -134,6 +134,8 @@ def merge_states(paths: list, out, budget: int | None = None, tenant_budget: int
         raise InputError(f"{shared} keeps one history shared by every client (--learn-scope global, or a "
                          f"version 1 file) and {apart} keeps tenants apart: merge the states of one scope")
     scope = next(iter(scopes.values()), "tenant")
+    if scope == "global" and tenant_budget is not None:
+        raise InputError("--tenant-budget applies to states that keep tenants apart: these keep one shared history")
     budget = max(head["budget"] for _, _, head in read) if budget is None else budget
     if tenant_budget is None and scope == "tenant":
         tenant_budget = min(budget, max(head["tenant_budget"] for _, logs, head in read if not _shared(logs)))
