@@ -82,28 +82,39 @@ def _print_text(info: dict) -> None:
 
 
 def _history_state(path: Path) -> dict | None:
-    """A `.lkh` file's header and counts, every check of formats/history_state.py passed; None if the file
-    does not start with its magic."""
+    """A `.lkh` file's header and each tenant's counts, every check of formats/history_state.py passed; None if
+    the file does not start with its magic."""
     from lookupkit.files import open_input
     from lookupkit.formats import history_state
 
     with open_input(path, "file") as f:
         if f.read(len(history_state.MAGIC)) != history_state.MAGIC:
             return None
-    log, head = history_state.read(path)
-    return {"file": str(path), "bytes": path.stat().st_size, **head, "n_tokens": int((log >= 0).sum()),
-            "distinct_tokens": int(len(np.unique(log[log >= 0])))}
+    logs, head = history_state.read(path)
+    tenants = [{"id": t.id, "budget": t.budget, "n_positions": len(t.log),
+                "n_sequences": int((t.log == -1).sum()), "learnt": t.learnt, "last_used_ms": t.last_used_ms}
+               for t in logs]
+    return {"file": str(path), "bytes": path.stat().st_size,
+            **{k: head[k] for k in ("format", "format_version", "vocab", "budget", "tenant_budget", "tool")},
+            "tenants": tenants, "n_positions": sum(t["n_positions"] for t in tenants),
+            "n_sequences": sum(t["n_sequences"] for t in tenants), "learnt": sum(t["learnt"] for t in tenants)}
 
 
 def _print_history(info: dict) -> None:
-    tool = info["tool"]
+    tool, tenants = info["tool"], info["tenants"]
     typer.echo(f"file        {info['file']} ({info['bytes']:,} bytes)")
     typer.echo(f"format      lkh v{info['format_version']} (a served history), written by {tool.get('name')} "
                f"{tool.get('version')}; checksums verified")
     typer.echo(f"vocab       fingerprint {info['vocab']}" if info["vocab"] else "vocab       not recorded")
     typer.echo(f"history     {info['n_positions']:,} of {info['budget']:,} positions: {info['n_sequences']:,} "
-               f"sequences kept ({info['n_tokens']:,} tokens, {info['distinct_tokens']:,} distinct), "
-               f"{info['learnt']:,} learnt in all")
+               f"sequences kept, {info['learnt']:,} learnt in all")
+    shared = [t for t in tenants if t["id"] == "global"]
+    typer.echo("tenants     " + ("one history shared by every client (--learn-scope global or a version 1 file)"
+                                 if shared else f"{len(tenants):,}, kept apart (a request drafts only from its own "
+                                                f"tenant's), {info['tenant_budget']:,} positions each at most"))
+    for t in tenants:
+        typer.echo(f"  {t['id']:22} {t['n_positions']:>12,} of {t['budget']:,} positions, {t['n_sequences']:,} "
+                   f"sequences kept, {t['learnt']:,} learnt")
 
 
 @guarded

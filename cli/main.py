@@ -1,12 +1,12 @@
 """`lookupkit`: the umbrella command (inspect, verify, convert, tokenize, demo, calibrate, generate, model-corpus, serve,
-replay-requests, model, tune-policy, bench), in the plain help style of lookup-create and lookup-stats (examples after the options)."""
+replay-requests, state-merge, model, tune-policy, bench), in the plain help style of lookup-create and lookup-stats (examples after the options)."""
 
 from __future__ import annotations
 
 import typer
 
 from lookupkit.cli import (bench_cmd, cache_cmds, calibrate_cmd, demo, generate_cmd, model_cmd, model_corpus_cmd,
-                           replay_requests_cmd, serve_cmd, tokenize_cmd, tune_cmd)
+                           replay_requests_cmd, serve_cmd, state_merge_cmd, tokenize_cmd, tune_cmd)
 from lookupkit.cli.common import run
 
 EXAMPLES = """Examples:
@@ -21,6 +21,7 @@ EXAMPLES = """Examples:
   lookupkit generate -m gemma-3-270m -lcs gemma-wiki100.lkc -f prompt.txt
   lookupkit model-corpus -m gemma-3-270m -f prompts.txt -o gemma-own.txt   # the model's own outputs, to lookup-create
   lookupkit serve -m gemma-3-270m -lcs gemma-wiki100.lkc --parallel 2
+  lookupkit state-merge replica1.lkh replica2.lkh -o fleet.lkh   # a fleet's served histories, to start warm
   lookupkit tune-policy --cache wiki100-o6.lkc --tokens heldout.i32 -o tables.json
   lookupkit model gemma-3-270m
   lookupkit bench --quick
@@ -39,6 +40,7 @@ generate_cmd.register(app)
 model_corpus_cmd.register(app)
 serve_cmd.register(app)
 replay_requests_cmd.register(app)
+state_merge_cmd.register(app)
 model_cmd.register(app)
 tune_cmd.register(app)
 bench_cmd.register(app)

@@ -22,11 +22,12 @@ from typing import Optional
 import typer
 
 from lookupkit.errors import InputError, LookupkitError
-from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, MAX_DRAFT, DEFAULT_CTX
+from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, HISTORY_TENANTS, MAX_DRAFT, DEFAULT_CTX
 from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import (LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS, VERIFY_COST, LearnMode,
                                          PolicyName)
 from lookupkit.serve.state import SAVE_EVERY
+from lookupkit.serve.tenants import SCOPES
 
 
 
@@ -38,8 +39,10 @@ EXAMPLES = """Examples:
   lookupkit serve -m model.gguf --parallel 4 -c 8192 --port 0       # 4 slots of 2048 tokens, any free port
   lookupkit serve -m gemma-3-270m --draft 0                         # no drafting: the plain baseline
   lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --state served.lkh   # learns, kept across restarts
+  lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --api-key-file keys.txt  # each key learns apart
 
-Then point any OpenAI client at http://HOST:PORT/v1 (any api_key), or llama-server's clients at /completion.
+Then point any OpenAI client at http://HOST:PORT/v1 (any api_key unless --api-key is given), or llama-server's
+clients at /completion.
 Needs pip install 'lookupkit[serve,llama]'.
 """
 
@@ -67,8 +70,22 @@ def serve_cmd(
                                            "requests in flight may take to finish before they are aborted."),
     learn: LearnMode = typer.Option(LearnMode.off, "--learn", help="What a finished request teaches later ones: off "
                                     "(nothing: no request's text reaches another's drafts), dynamic (each slot's "
-                                    "dynamic cache, llama.cpp's rule), history (one history every slot drafts from; "
-                                    "--policy lookupkit). Drafts are verified: outputs never change."),
+                                    "dynamic cache, llama.cpp's rule), history (a history per tenant, --learn-scope, every slot "
+                                    "drafts from; --policy lookupkit). Drafts are verified: outputs never change."),
+    learn_scope: str = typer.Option("tenant", "--learn-scope", metavar="|".join(SCOPES), help="--learn history: "
+                                    "tenant (a request drafts only from what its tenant was served: its API key's, "
+                                    "else its body's `user`'s, else the anonymous one's) or global (one history for "
+                                    "every client: one client's text drafts another's)."),
+    tenant_budget: Optional[int] = typer.Option(None, "--tenant-budget", metavar="N", help="--learn-scope tenant: "
+                                                "tokens each tenant's history keeps; at most --history-budget / N "
+                                                "tenants are kept, the least recently used dropped for a new one "
+                                                f"(default: the --state file's, else --history-budget / "
+                                                f"{HISTORY_TENANTS})."),
+    api_key: list[str] = typer.Option([], "--api-key", metavar="KEY", help="Let in only requests with "
+                                      "'Authorization: Bearer KEY' (repeatable; /health stays open); each key is a "
+                                      "tenant."),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", metavar="FILE", help="As --api-key, one "
+                                                "key per line of FILE."),
     history_budget: Optional[int] = typer.Option(None, "--history-budget", metavar="N", help="--learn history: "
                                                  f"tokens kept, the oldest evicted (default: the --state file's, "
                                                  f"else {HISTORY_BUDGET:,}; ~68 B each)."),
@@ -96,12 +113,14 @@ def serve_cmd(
     served = open_server(model, lcs=lcs, lcd=lcd, policy=policy.value, policy_table=policy_table,
                          verify_cost=verify_cost, n_draft=n_draft, n_ctx=n_ctx, threads=threads, parallel=parallel,
                          queue=queue, learn=learn.value, history_budget=history_budget, state=state,
-                         state_reset=state_reset, save_every=save_every)
+                         state_reset=state_reset, save_every=save_every, learn_scope=learn_scope,
+                         tenant_budget=tenant_budget, api_keys=api_key, api_key_file=api_key_file)
     try:
         sock = _listen(host, port)
         for what, seconds, detail in served.loaded:
             typer.echo(f"  {what}: {_duration(seconds)}" + (f" ({detail})" if detail else ""))
         how = "no drafting" if not n_draft else f"--draft {n_draft}, --policy {policy.value}, --learn {learn.value}"
+        how += f", {len(served.keys)} API key{'s' * (len(served.keys) != 1)}" if served.keys else ", no API key"
         typer.echo(f"lookupkit serve: {served.model_id}, {parallel} slot{'s' * (parallel > 1)} of {served.n_ctx_slot} "
                    f"tokens, {how}; ready in {_duration(time.perf_counter() - t0)}")
         address = sock.getsockname()
@@ -120,7 +139,7 @@ def serve_cmd(
         try:
             if served.keeper is not None:
                 served.engine.close()  # its thread learns no more while the last save copies the history
-                typer.echo(f"lookupkit serve: saved the history to {state} ({served.keeper.close()})")
+                typer.echo(f"lookupkit serve: saved the histories to {state} ({served.keeper.close()})")
         finally:
             served.llm.close()
     typer.echo("lookupkit serve: stopped")

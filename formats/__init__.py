@@ -16,7 +16,7 @@ spans (the 2-gram map's value: offset << SPAN_BITS | n_followers), lkc_layout (t
 header and section facts), lkc_read (opening a .lkc in O(1)), lkc_orders and lkc_suffix (the .lkc
 sections of the higher orders and of the suffix index), ggngcmap (its writer takes a table but imports
 none), mapped (what opening a file hands to StaticCache), llama_scan (the compiled pass over a legacy
-file), history_state (`.lkh`, a served History kept across restarts) and token_store
+file), history_state (`.lkh`, served Histories kept across restarts, each tenant's apart) and token_store
 (`.lkt`, a corpus's token ids as the token store keeps them).
 
 Writers (above the counts): lkc_write (a .lkc from a table, and `in_memory`), zst (`.lkc.zst`: unpacked

@@ -1,10 +1,12 @@
-"""`.lkh`: a History kept across restarts (`lookupkit serve --state`), spec'd in SPEC.md ("`.lkh`").
+"""`.lkh`: the histories `lookupkit serve --state` keeps across restarts, spec'd in SPEC.md ("`.lkh`").
 
 A 64-byte preamble like `.lkc`'s (magic, version, byte-order marker, header length, header sha256, file
-size), a UTF-8 JSON header (vocabulary, budget, counts, the log section with its sha256), then the log:
-int32 little-endian tokens, each sequence led by -1. The index is not stored: loading re-indexes the log
-(O(n): 0.9 s for 2^20 positions here, the index's random writes), so a file can never hold an index that disagrees with its log. `read`
-checks everything before anything is used: a file that fails any check is refused whole.
+size), a UTF-8 JSON header (vocabulary, budgets, and per tenant its id, counts and log section with its
+sha256), then the tenants' logs one after another: int32 little-endian tokens, each sequence led by -1.
+Version 2 keeps every tenant's log apart, so a file never mixes two tenants' text; version 1 (one History's
+log) is still read, as the one tenant "global". The index is not stored: loading re-indexes each log, so a
+file can never hold an index that disagrees with its log. `read` checks everything before anything is
+used: a file that fails any check is refused whole.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,38 +23,63 @@ from lookupkit.errors import FormatError, VocabMismatchError
 from lookupkit.files import atomic_writer, open_input
 
 MAGIC = b"LKHIST\x00\x00"
-VERSION = 1
+VERSION = 2
 BYTE_ORDER_MARK = 0x0A0B0C0D
 PREAMBLE = struct.Struct("<8sIIQ32sQ")  # magic, version, byte order, header length, header sha256, file size
 ALIGN = 8
-MAX_HEADER = 1 << 20
-FIELDS = {"format": str, "format_version": int, "vocab": (str, type(None)), "budget": int, "n_positions": int,
-          "n_sequences": int, "learnt": int, "tool": dict, "log": dict}
-LOG_FIELDS = {"offset": int, "length": int, "dtype": str, "sha256": str}
+MAX_HEADER = 1 << 24  # bytes: room for rules.TENANTS_MAX tenants' entries
+MAX_ID = 64  # characters of a tenant id (serve.tenants makes them: "anonymous", "key:" + 16 hex digits, ...)
+GLOBAL = "global"  # the id of a History every client shared (a version 1 file's, --learn-scope global's)
+SECTION = {"offset": int, "length": int, "dtype": str, "sha256": str}
+FIELDS = {1: {"format": str, "format_version": int, "vocab": (str, type(None)), "budget": int, "n_positions": int,
+              "n_sequences": int, "learnt": int, "tool": dict, "log": dict},
+          2: {"format": str, "format_version": int, "vocab": (str, type(None)), "budget": int, "tenant_budget": int,
+              "tool": dict, "tenants": list}}
+TENANT_FIELDS = {"id": str, "budget": int, "n_positions": int, "n_sequences": int, "learnt": int,
+                 "last_used_ms": int, "log": dict}
 
 
-def write(path, log: np.ndarray, *, vocab: str | None, budget: int, learnt: int) -> None:
-    """Write the log (int32, sequences led by -1) atomically: temp file, fsync, rename over `path`."""
-    data = np.ascontiguousarray(log, dtype="<i4").tobytes()
+@dataclass
+class TenantLog:
+    """One tenant's History as a file holds it: its log (int32, sequences led by -1), budget, the sequences
+    it learnt in all and when it was last used (ms since the epoch; 0: unknown)."""
+    id: str
+    log: np.ndarray
+    budget: int
+    learnt: int
+    last_used_ms: int = 0
+
+
+def write(path, tenants: list, *, vocab: str | None, budget: int, tenant_budget: int) -> None:
+    """Write the TenantLogs atomically (temp file, fsync, rename over `path`)."""
+    datas = [np.ascontiguousarray(t.log, dtype="<i4").tobytes() for t in tenants]
+    entries = [{"id": t.id, "budget": int(t.budget), "n_positions": len(t.log),
+                "n_sequences": int(np.count_nonzero(np.asarray(t.log) == -1)), "learnt": int(t.learnt),
+                "last_used_ms": int(t.last_used_ms),
+                "log": {"offset": 0, "length": len(d), "dtype": "<i4", "sha256": hashlib.sha256(d).hexdigest()}}
+               for t, d in zip(tenants, datas)]
     head = {"format": "lkh", "format_version": VERSION, "vocab": vocab, "budget": int(budget),
-            "n_positions": len(log), "n_sequences": int(np.count_nonzero(np.asarray(log) == -1)),
-            "learnt": int(learnt), "tool": {"name": "lookupkit", "version": __version__},
-            "log": {"offset": 0, "length": len(data), "dtype": "<i4", "sha256": hashlib.sha256(data).hexdigest()}}
-    for _ in range(2):  # the offset depends on the header's length, which depends on the offset's digits
+            "tenant_budget": int(tenant_budget), "tool": {"name": "lookupkit", "version": __version__},
+            "tenants": entries}
+    for _ in range(3):  # the offsets depend on the header's length, which depends on the offsets' digits
         header = json.dumps(head, sort_keys=True).encode()
-        offset = -(-(PREAMBLE.size + len(header)) // ALIGN) * ALIGN
-        head["log"]["offset"] = offset
+        offset = start = _aligned(PREAMBLE.size + len(header))
+        for entry in entries:
+            entry["log"]["offset"] = offset
+            offset += entry["log"]["length"]
     header = json.dumps(head, sort_keys=True).encode()
-    assert PREAMBLE.size + len(header) <= offset
-    size = offset + len(data)
-    pre = PREAMBLE.pack(MAGIC, VERSION, BYTE_ORDER_MARK, len(header), hashlib.sha256(header).digest(), size)
+    assert _aligned(PREAMBLE.size + len(header)) == start
+    pre = PREAMBLE.pack(MAGIC, VERSION, BYTE_ORDER_MARK, len(header), hashlib.sha256(header).digest(), offset)
     with atomic_writer(path) as f:
-        f.write(pre + header + b"\0" * (offset - PREAMBLE.size - len(header)) + data)
+        f.write(pre + header + b"\0" * (start - PREAMBLE.size - len(header)))
+        for data in datas:
+            f.write(data)
 
 
-def read(path, expect_vocab: str | None = None) -> tuple[np.ndarray, dict]:
-    """(log, header) of a `.lkh` file, every check passed (FormatError says which failed; a vocabulary other
-    than expect_vocab, when both are known, is a VocabMismatchError)."""
+def read(path, expect_vocab: str | None = None) -> tuple[list, dict]:
+    """(TenantLogs, header) of a `.lkh` file, every check passed (FormatError says which failed; a vocabulary
+    other than expect_vocab, when both are known, is a VocabMismatchError). A version 1 file's one log is
+    the tenant GLOBAL's, and its header gains the tenant_budget of its one History."""
     with open_input(path, "history state") as f:
         raw = f.read()
 
@@ -65,8 +93,8 @@ def read(path, expect_vocab: str | None = None) -> tuple[np.ndarray, dict]:
         raise bad(f"its first bytes are {magic!r}, not {MAGIC!r}")
     if bom != BYTE_ORDER_MARK:
         raise bad("written with another byte order")
-    if version != VERSION:
-        raise bad(f"format version {version}; this lookupkit reads {VERSION}"
+    if version not in FIELDS:
+        raise bad(f"format version {version}; this lookupkit reads {', '.join(map(str, FIELDS))}"
                   + (" (written by a newer lookupkit)" if version > VERSION else ""))
     if size != len(raw):
         raise bad(f"the file has {len(raw):,} bytes where its preamble says {size:,} (truncated or cut short)")
@@ -79,27 +107,52 @@ def read(path, expect_vocab: str | None = None) -> tuple[np.ndarray, dict]:
         head = json.loads(header.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad(f"the header is not JSON ({exc})") from None
-    _check_fields(head, FIELDS, bad)
-    log_info = head["log"]
-    _check_fields(log_info, LOG_FIELDS, bad)
-    if head["format"] != "lkh" or head["format_version"] != VERSION:
-        raise bad("the header's format is not lkh version 1")
-    off, length = log_info["offset"], log_info["length"]
-    if (log_info["dtype"] != "<i4" or off < PREAMBLE.size + n_header or off % ALIGN or off + length != len(raw)
-            or length != 4 * head["n_positions"]):
-        raise bad("the log section's place, length or type is not what the header says")
-    data = raw[off:off + length]
-    if hashlib.sha256(data).hexdigest() != log_info["sha256"]:
-        raise bad("the log's sha256 does not match (corrupted)")
-    log = np.frombuffer(data, dtype="<i4").astype(np.int32)
-    if len(log) and int(log.min()) < -1:
-        raise bad(f"the log holds an id {int(log.min())} below -1")
-    if head["n_positions"] > head["budget"] or head["n_sequences"] != int(np.count_nonzero(log == -1)):
-        raise bad("the header's counts do not match the log")
+    _check_fields(head, FIELDS[version], bad)
+    if head["format"] != "lkh" or head["format_version"] != version:
+        raise bad(f"the header's format is not lkh version {version}")
+    if version == 1:
+        entries = [{**{k: head[k] for k in ("budget", "n_positions", "n_sequences", "learnt", "log")},
+                    "id": GLOBAL, "last_used_ms": 0}]
+        head = {**head, "tenant_budget": head["budget"]}
+    else:
+        entries = head["tenants"]
+    offset = _aligned(PREAMBLE.size + n_header)  # where the next log must start (version 1: anywhere aligned)
+    tenants, ids = [], set()
+    for entry in entries:
+        _check_fields(entry, TENANT_FIELDS, bad)
+        _check_fields(entry["log"], SECTION, bad)
+        name = entry["id"]
+        if not 0 < len(name) <= MAX_ID or not name.isascii() or not name.isprintable() or name in ids:
+            raise bad(f"a tenant id is empty, repeated, longer than {MAX_ID} or not printable ASCII")
+        ids.add(name)
+        info = entry["log"]
+        off, length = info["offset"], info["length"]
+        if (info["dtype"] != "<i4" or (off != offset if version == 2 else off < offset or off % ALIGN)
+                or off + length > len(raw) or length != 4 * entry["n_positions"]):
+            raise bad(f"tenant {name}'s log section's place, length or type is not what the header says")
+        offset = off + length
+        data = raw[off:off + length]
+        if hashlib.sha256(data).hexdigest() != info["sha256"]:
+            raise bad(f"tenant {name}'s log's sha256 does not match (corrupted)")
+        log = np.frombuffer(data, dtype="<i4").astype(np.int32)
+        if len(log) and int(log.min()) < -1:
+            raise bad(f"tenant {name}'s log holds an id {int(log.min())} below -1")
+        if (entry["n_positions"] > entry["budget"] or entry["budget"] > head["budget"]
+                or entry["n_sequences"] != int(np.count_nonzero(log == -1))):
+            raise bad(f"tenant {name}'s counts or budget do not match its log or the file's budget")
+        tenants.append(TenantLog(name, log, entry["budget"], entry["learnt"], entry["last_used_ms"]))
+    if offset != len(raw):
+        raise bad("the logs do not end the file")
+    if head["tenant_budget"] > head["budget"]:
+        raise bad("the tenant budget is larger than the file's budget")
     if expect_vocab is not None and head["vocab"] is not None and head["vocab"] != expect_vocab:
         raise VocabMismatchError(f"{path} holds ids of another vocabulary (fingerprint {head['vocab']}) than this "
                                  f"model's ({expect_vocab})")
-    return log, head
+    return tenants, head
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
 
 
 def _check_fields(doc, fields: dict, bad) -> None:

@@ -76,6 +76,11 @@ SOURCE_LEGEND = ("sources: c1..c4 = this sequence's (context) n-gram of 1..4 tok
 # per token: the index is sized for the budget at a load of at most 1/2, 7 match lengths per position).
 HISTORY_BUDGET = 1 << 20
 HISTORY_BUDGET_MAX = 1 << 27
+# `lookupkit serve --learn-scope tenant` (serve.tenants): the budget is shared by at most HISTORY_TENANTS
+# tenants unless --tenant-budget says otherwise (2^20 / 64: 16,384 tokens each, ~1.1 MB), and never by more
+# than TENANTS_MAX (a state file's header lists each one).
+HISTORY_TENANTS = 64
+TENANTS_MAX = 4096
 # The shortest earlier match the history drafts after. Measured (policy.confidence.learn_sources' counts with
 # a History, over 60 WikiText-103 valid articles as independent requests, GPT-2 ids, 114,583 positions):
 # followers of matches of 5 and 6 tokens in earlier articles were right 49 % and 44 % of the time against

@@ -190,8 +190,9 @@ def test_state_file_round_trips(tmp_path):
     assert lookup(back, query) == lookup(hist, query) and lookup(back, query)[1] == LONGEST
     small = History.load(path, budget=1000)  # a smaller budget keeps the newest positions
     assert np.array_equal(small.tokens(), hist.tokens()[-1000:])
-    head = history_state.read(path)[1]
-    assert head["format"] == "lkh" and head["n_positions"] == hist.n_tokens and head["n_sequences"] == 3  # 5 x 701 positions through 3000: the newest half kept once
+    (one,), head = history_state.read(path)
+    assert head["format"] == "lkh" and head["format_version"] == history_state.VERSION and one.id == "global"
+    assert len(one.log) == hist.n_tokens and np.count_nonzero(one.log == -1) == 3  # 5 x 701 positions through 3000: the newest half kept once
 
 
 def test_state_file_corruption_is_refused(tmp_path):
@@ -242,8 +243,8 @@ def test_inspect_shows_a_state_file_and_refuses_a_damaged_one(tmp_path):
     run = lambda p: subprocess.run([sys.executable, "-m", "lookupkit", "inspect", str(p)], capture_output=True,  # noqa: E731
                                    text=True, timeout=60)
     r = run(path)
-    assert r.returncode == 0 and "lkh v1 (a served history)" in r.stdout
-    assert "1,402 of 3,000 positions: 2 sequences kept (1,400 tokens" in r.stdout and "f" * 64 in r.stdout
+    assert r.returncode == 0 and "lkh v2 (a served history)" in r.stdout and "one history shared" in r.stdout
+    assert "1,402 of 3,000 positions: 2 sequences kept" in r.stdout and "f" * 64 in r.stdout
     (tmp_path / "cut.lkh").write_bytes(path.read_bytes()[:-1])
     r = run(tmp_path / "cut.lkh")
     assert r.returncode == 2 and "truncated" in r.stderr and r.stderr.strip().count("\n") == 0
@@ -251,12 +252,15 @@ def test_inspect_shows_a_state_file_and_refuses_a_damaged_one(tmp_path):
 
 def test_the_server_opens_a_state_with_its_own_budget_unless_told(tmp_path):
     from lookupkit.rules import HISTORY_BUDGET
-    from lookupkit.serve.state import open_history
+    from lookupkit.serve.state import open_tenants
 
     path = tmp_path / "h.lkh"
-    assert open_history(path, None, "f" * 64).budget == HISTORY_BUDGET and not path.exists()  # nothing yet
-    learnt_history(budget=5000).save(path)
-    assert open_history(path, None, "f" * 64).budget == 5000 and open_history(path, 1000, "f" * 64).n_tokens == 1000
-    assert open_history(path, None, "f" * 64, reset=True).n_tokens == 0
+    assert open_tenants(path, None, None, "f" * 64).budget == HISTORY_BUDGET and not path.exists()  # nothing yet
+    learnt_history(budget=5000).save(path)  # one History: the anonymous tenant's, or everyone's
+    assert open_tenants(path, None, None, "f" * 64, "global").budget == 5000
+    assert open_tenants(path, 1000, None, "f" * 64, "global").n_tokens == 1000
+    tenants = open_tenants(path, None, None, "f" * 64)
+    assert tenants.budget == 5000 and len(tenants) == 1 and tenants.n_tokens == tenants.tenant_budget == 78  # 5000 / 64
+    assert open_tenants(path, None, None, "f" * 64, reset=True).n_tokens == 0
     with pytest.raises(InputError, match="another vocabulary.*start afresh with --state-reset"):
-        open_history(path, None, "e" * 64)
+        open_tenants(path, None, None, "e" * 64)

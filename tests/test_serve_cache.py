@@ -89,6 +89,15 @@ def test_openai_usage_reports_the_cached_tokens(served):
     assert r["usage"]["prompt_tokens"] == len(body["prompt"]) and r["timings"]["cache_n"] == len(body["prompt"]) - 1
 
 
+def test_a_slots_cache_serves_only_its_own_tenant(served):
+    prompt = tokenize(served, TURNS[0] + " Whose cache is it?", bos=True)
+    a = complete(served.url, prompt, user="alice")
+    b = complete(served.url, prompt, user="bob")
+    assert b["timings"]["cache_n"] == 0 and b["tokens"] == a["tokens"]
+    again = complete(served.url, prompt, user="alice")
+    assert again["timings"]["cache_n"] == len(prompt) - 1 and again["id_slot"] == a["id_slot"]
+
+
 def test_n_predict_0_warms_a_slot_and_a_new_prompt_takes_the_least_recently_used_slot(served):
     a = tokenize(served, "Warm this prompt, please: " + TURNS[0], bos=True)
     warm = complete(served.url, a, n=0)

@@ -47,10 +47,10 @@ def test_a_repeated_request_drafts_from_the_shared_history_only_when_learning(ti
             assert again["tokens"] == first["tokens"]  # drafts never change the output
             hx_drafted, hx_accepted = (metric(url, f"{k}_tokens_total", source="hx") for k in ("drafted", "accepted"))
             if learn == "off":
-                assert served.history is None and hx_drafted == 0
+                assert served.tenants is None and hx_drafted == 0
             else:
                 assert hx_accepted > 0 and hx_drafted >= hx_accepted
-                assert served.history.learnt == 2 and metric(url, "history_tokens") == served.history.n_tokens > 0
+                assert served.tenants.learnt == 2 and metric(url, "history_tokens") == served.tenants.n_tokens > 0
                 assert again["timings"]["draft_n_accepted"] > first["timings"]["draft_n_accepted"]
     finally:
         served.llm.close()
@@ -73,7 +73,7 @@ def test_learnt_state_round_trips_through_a_restart(tiny_gguf, tmp_path):
     args = ["-m", tiny_gguf, "--policy", "lookupkit", "--learn", "history", "--state", state, "-c", 1024, "-t", 1,
             "--draft", 16]
     with process(*args, "--save-every", 1) as (proc, url, lines, rest):
-        assert any("history" in line and "empty" in line for line in lines)
+        assert any("history" in line and "0 sequences learnt" in line for line in lines)
         first = complete(url)
         assert metric(url, "accepted_tokens_total", source="hx") == 0
         deadline = time.monotonic() + WAIT_S
@@ -83,11 +83,11 @@ def test_learnt_state_round_trips_through_a_restart(tiny_gguf, tmp_path):
         assert History.load(state).learnt == 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT_S) == 0
-        assert f"saved the history to {state}" in rest()
+        assert f"saved the histories to {state}" in rest()
     saved = History.load(state)
     assert saved.learnt == 1 and saved.n_tokens == len(first["tokens"]) + first["tokens_evaluated"] + 1
     with process(*args) as (proc, url, lines, rest):
-        assert any("history" in line and "1 sequences kept" in line for line in lines)
+        assert any("history" in line and "1 sequences learnt" in line for line in lines)
         again = complete(url)
         assert again["tokens"] == first["tokens"]
         assert metric(url, "accepted_tokens_total", source="hx") > 0  # the first request after the restart

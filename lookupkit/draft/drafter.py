@@ -37,7 +37,7 @@ from ..verify_cost import DEFAULT_COST
 from ..policy.chain import check_policy, learn, make_policy, policy_draft, with_static
 from ..policy.suffix_source import reset as reset_suffix
 from .history import History
-from ..policy.trust import params_of
+from ..policy.trust import fresh as fresh_trust, params_of
 
 
 class Drafter:
@@ -172,6 +172,19 @@ class Drafter:
         self._memo = new_memo(1 << 12)
         if self._pol is not None:
             self._pol = with_static(self._pol, getattr(static, "high", None), getattr(static, "suffix", None))
+
+    def use_history(self, history: History) -> None:
+        """Draft from and learn into `history` from now on (another of the same vocabulary, e.g. the next
+        request's tenant's: a server's slot serves many); the Drafter must have been made with a history.
+        Another History also starts the policy's trust afresh: how the drafts of one history's sequences fared
+        must not shape the drafts from another (a tenant would see it in its drafted counts)."""
+        if self.history is None or not isinstance(history, History):
+            raise InputError("use_history swaps one History for another: make the Drafter with history=History()")
+        if history is not self.history:
+            history.check_vocab(self.history.vocab)
+            self.history = history
+            self._pol = self._pol._replace(history=history.view(), trust=fresh_trust(self._pol.trust))
+            self._trust_before = self._pol.trust.evidence.copy()  # nor may a reset(learn=False) bring it back
 
     def dynamic_table(self) -> NgramTable:
         """The dynamic cache's counts (to save as an -lcd file), saturated at 2^31-1."""

@@ -99,6 +99,11 @@ class History:
         with self.lock:
             return self._h.log[:self._h.n[0]].copy()
 
+    def snapshot(self) -> tuple[np.ndarray, int]:
+        """(a copy of the live log, sequences learnt), taken together under the lock: what a save writes."""
+        with self.lock:
+            return self._h.log[:self._h.n[0]].copy(), self.learnt
+
     def n_sequences(self) -> int:
         with self.lock:
             return int(np.count_nonzero(self._h.log[:self._h.n[0]] == SEPARATOR))
@@ -110,26 +115,40 @@ class History:
             raise VocabMismatchError(f"the history holds ids of vocabulary {self.vocab}, not of {fingerprint}")
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the history to `path` atomically (a crash or kill -9 leaves the previous file whole)."""
+        """Write the history to `path` atomically (a crash or kill -9 leaves the previous file whole), as the
+        one tenant "global" of a state file (formats/history_state.py)."""
         from ..formats import history_state
 
-        with self.lock:
-            log, learnt = self._h.log[:self._h.n[0]].copy(), self.learnt
-        history_state.write(path, log, vocab=self.vocab, budget=self.budget, learnt=learnt)
+        log, learnt = self.snapshot()
+        history_state.write(path, [history_state.TenantLog(history_state.GLOBAL, log, self.budget, learnt)],
+                            vocab=self.vocab, budget=self.budget, tenant_budget=self.budget)
 
     @classmethod
     def load(cls, path: str | os.PathLike, budget: int | None = None, expect_vocab=None) -> "History":
-        """A History from a `.lkh` file (every check of formats/history_state.py; a foreign vocabulary is
-        refused); budget None: the file's; a smaller one keeps the file's newest tokens."""
+        """A History from a `.lkh` file of one History (every check of formats/history_state.py; a foreign
+        vocabulary is refused); budget None: the file's; a smaller one keeps the file's newest tokens. A file
+        of several tenants is refused: their texts are never mixed (serve.tenants reads it)."""
         from ..formats import history_state
 
-        log, meta = history_state.read(path, expect_vocab=getattr(expect_vocab, "fingerprint", expect_vocab))
+        tenants, meta = history_state.read(path, expect_vocab=getattr(expect_vocab, "fingerprint", expect_vocab))
+        if len(tenants) > 1:
+            raise InputError(f"{path} keeps {len(tenants)} tenants' histories apart; History.load reads a file of "
+                             f"one (lookupkit.serve.tenants.Tenants.load reads them all)")
         try:
-            check_budget(meta["budget"])
+            for each in (meta["budget"], *(t.budget for t in tenants)):
+                check_budget(each)
         except InputError as exc:
             raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
-        hist = cls(meta["budget"] if budget is None else budget, vocab=meta["vocab"])
-        hist.learnt = meta["learnt"]
+        if not tenants:
+            return cls(meta["budget"] if budget is None else budget, vocab=meta["vocab"])
+        one = tenants[0]
+        return cls.of_log(one.log, one.budget if budget is None else budget, meta["vocab"], one.learnt)
+
+    @classmethod
+    def of_log(cls, log: np.ndarray, budget: int, vocab=None, learnt: int = 0) -> "History":
+        """A History of `budget` holding `log` (sequences led by SEPARATOR; its newest positions if longer)."""
+        hist = cls(budget, vocab=vocab)
+        hist.learnt = learnt
         return hist._fill(log)
 
     def _fill(self, log: np.ndarray) -> "History":

@@ -1,6 +1,10 @@
 """The HTTP side of `lookupkit serve`: OpenAI's /v1/completions, /v1/chat/completions and /v1/models,
 llama-server's /completion, /health and /metrics, on Starlette + uvicorn.
 
+With API keys (--api-key), every route but /health (a load balancer's probe) answers 401 unless the request
+says `Authorization: Bearer KEY` with one of them, compared in constant time. A request's tenant (whose
+history it drafts from: serve.tenants) is its key's, else its body's `user`'s.
+
 Handlers never touch llama.cpp: each request becomes an engine Job whose events the engine thread
 hands over with `loop.call_soon_threadsafe` into an asyncio queue, one event per verify step; a stream
 sends one event per token, as llama-server's clients expect. While a response is pending or streaming, a watcher reads the connection's ASGI `receive`: a
@@ -20,6 +24,7 @@ drafted), and the engine sends one event per verify step, not per token: the HTT
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -28,6 +33,7 @@ from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
@@ -37,6 +43,7 @@ from .engine import Busy, Delta, Done, Job
 from .protocol import ApiError, ChatRequest, CompletionRequest, LlamaCompletionRequest, from_validation
 from .responses import OpenAIBody, llama_chunk, llama_final, sse
 from .sampling import Sampling
+from .tenants import tenant_id
 
 log = logging.getLogger("lookupkit.serve")
 ROUTES = ("POST /v1/completions, POST /v1/chat/completions, POST /completion, GET /v1/models, /health, /metrics, "
@@ -48,12 +55,12 @@ class Submitted:
     """A job in the engine, its events as an async iterator."""
 
     def __init__(self, served, prompt, max_tokens: int, sampling: Sampling, stops: list, ignore_eos: bool,
-                 cache_prompt: bool = True):
+                 cache_prompt: bool = True, tenant: str = "anonymous"):
         loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self.engine = served.engine
         self.job = Job(prompt=prompt, max_tokens=max_tokens, sampling=sampling, stops=stops, ignore_eos=ignore_eos,
-                       cache_prompt=cache_prompt,
+                       cache_prompt=cache_prompt, tenant=tenant,
                        deliver=lambda event: loop.call_soon_threadsafe(self.queue.put_nowait, event))
         self.done: Done | None = None
         try:
@@ -146,7 +153,8 @@ def make_app(served) -> Starlette:
         ids = await _prompt_ids(served, body.prompt)
         # n_predict 0: the prompt is only decoded into a slot's cache (llama-server's way to warm it)
         limit = served.n_ctx_slot if body.n_predict < 0 else min(body.n_predict, served.n_ctx_slot)
-        job = Submitted(served, ids, limit, body.sampling(), body.stop, body.ignore_eos, body.cache_prompt)
+        job = Submitted(served, ids, limit, body.sampling(), body.stop, body.ignore_eos, body.cache_prompt,
+                        _tenant(request, body))
         if body.stream:
             return EventStream(job, _llama_chunks(served, job, len(ids)))
         tokens, text, done = await job.collect(request.receive)
@@ -164,7 +172,7 @@ def make_app(served) -> Starlette:
         return JSONResponse({"status": "ok", "slots_idle": len(served.engine.slots) - busy, "slots_processing": busy})
 
     async def reload_static(request: Request):
-        if not getattr(served, "api_keys", None):
+        if not served.keys:
             raise ApiError(403, "POST /static/reload changes what every client is drafted from: start the server "
                                 "with --api-key to use it (or send the server SIGHUP)")
         try:
@@ -180,7 +188,42 @@ def make_app(served) -> Starlette:
               Route("/completion", completion, methods=["POST"]),
               Route("/v1/models", list_models), Route("/health", health), Route("/metrics", metrics),
               Route("/static/reload", reload_static, methods=["POST"])]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=_error_handlers(served))
+    keys = [Middleware(KeyCheck, served=served)] if served.keys else []
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=_error_handlers(served), middleware=keys)
+
+
+class KeyCheck:
+    """ASGI middleware: a request to any route but /health needs `Authorization: Bearer KEY` with one of
+    served.keys (each compared with hmac.compare_digest, all of them every time); else a 401 in OpenAI's error
+    body, which never repeats what was sent. The key's tenant goes into the request's state."""
+
+    def __init__(self, app, served):
+        self.app, self.served = app, served
+        self.keys = [(k.encode(), tenant_id(key=k)) for k in served.keys]
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health":
+            return await self.app(scope, receive, send)
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, given = header.partition(b" ")
+        tenant = None
+        for key, tid in self.keys:
+            if hmac.compare_digest(given.strip(), key) and scheme.lower() == b"bearer":
+                tenant = tid
+        if tenant is None:
+            self.served.metrics.inc("requests_total", outcome="unauthorized")
+            message = ("the API key given is not one of this server's" if given.strip() else "no API key was given")
+            err = ApiError(401, f"{message}: send the header 'Authorization: Bearer KEY' with a key the server was "
+                                f"started with (--api-key, --api-key-file)", code="invalid_api_key")
+            return await JSONResponse(err.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})(
+                scope, receive, send)
+        scope.setdefault("state", {})["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+
+def _tenant(request: Request, body) -> str:
+    """The request's tenant: its API key's (KeyCheck put it there), else its body's user's, else anonymous."""
+    return getattr(request.state, "tenant", None) or tenant_id(user=body.user)
 
 
 async def _body(request: Request, model):
@@ -193,7 +236,8 @@ async def _body(request: Request, model):
 
 
 async def _openai(served, request: Request, body, ids, limit: int, stops: list, chat: bool):
-    job = Submitted(served, ids, limit, body.sampling(), stops, body.ignore_eos, body.cache_prompt)
+    job = Submitted(served, ids, limit, body.sampling(), stops, body.ignore_eos, body.cache_prompt,
+                    _tenant(request, body))
     out = OpenAIBody(served.model_id, chat)
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage

@@ -25,8 +25,9 @@ counted (metrics: lookupkit_draft_refused_tokens_total), with one warning in the
 What a finished request teaches depends on `learn` (--learn): "off" (the default), each slot's Drafter
 forgets it (every request drafts from the caches as loaded, -lcs/-lcd, plus its own context: no request's
 text reaches another's drafts); "dynamic", the slot's Drafter merges it into its own dynamic cache
-(llama.cpp's -lcd rule; per slot, unbounded, not saved); "history", it is learnt into the one History all
-slots share (draft.history: bounded by --history-budget, saved with --state). A request that failed
+(llama.cpp's -lcd rule; per slot, unbounded, not saved); "history", it is learnt into its tenant's History,
+which the slot's Drafter is pointed at when the request starts (history_for: serve.tenants; one History for
+all with --learn-scope global; bounded by --history-budget, saved with --state). A request that failed
 ("error") teaches nothing. Drafts are verified by the model, so learning never changes an output.
 """
 
@@ -88,6 +89,7 @@ class Job:
     ignore_eos: bool = False
     cache_prompt: bool = True  # start from the slot cache with the longest common prefix (serve.slots)
     cancelled: bool = False
+    tenant: str = "anonymous"  # whose History it drafts from and learns into (serve.tenants.tenant_id)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -95,10 +97,11 @@ class Job:
 
 class Engine:
     """llm: a Llama made by open_model(..., parallel=N); make_drafter() -> a Drafter per slot (None: no
-    drafting); queue: jobs that may wait behind busy slots; metrics: a serve.metrics.Metrics."""
+    drafting); queue: jobs that may wait behind busy slots; metrics: a serve.metrics.Metrics; history_for(tenant)
+    -> the History a job of that tenant drafts from (--learn history), on_learnt() called after one was learnt."""
 
     def __init__(self, llm, make_drafter, *, parallel: int, queue: int, n_draft: int, metrics, on_batch=None,
-                 learn: str = "off", on_learnt=None):
+                 learn: str = "off", on_learnt=None, history_for=None):
         self.m = _Model(llm)
         self.n_ctx_slot = int(self.m.lib.llama_n_ctx_seq(self.m.ctx))
         self.n_draft = n_draft if make_drafter is not None else 0
@@ -108,7 +111,7 @@ class Engine:
         self.slots = [Slot(i, make_drafter() if make_drafter else None) for i in range(parallel)]
         self.n_swa = max(1, self.m.n_swa)
         self.queue, self.metrics, self.on_batch = queue, metrics, on_batch
-        self.learn, self.on_learnt = learn, on_learnt
+        self.learn, self.on_learnt, self.history_for = learn, on_learnt, history_for
         self.batch = _Batch(self.m.lib, self.m.n_batch)
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
@@ -192,7 +195,7 @@ class Engine:
                         if job.cancelled:  # its client left while cancel() waited for the lock
                             dropped.append(job)
                             continue
-                        slot, keep = choose([s for s in self.slots if s.job is None], job.prompt, job.cache_prompt)
+                        slot, keep = choose([s for s in self.slots if s.job is None], job)
                         if slot.drafter is not None and slot.swaps != self.static_swaps:
                             slot.drafter.use_static(self._static)
                             slot.swaps = self.static_swaps
@@ -238,6 +241,8 @@ class Engine:
             if slot.job is None or slot.tok is not None or room <= 0:
                 continue
             if not slot.primed and slot.drafter is not None:
+                if self.history_for is not None:  # the job's tenant's History, before the drafter sees its prompt
+                    slot.drafter.use_history(self.history_for(slot.job.tenant))
                 slot.drafter.accept(slot.job.prompt)
             slot.primed = True
             chunk = slot.job.prompt[slot.fed:slot.fed + room]
@@ -347,10 +352,8 @@ class Engine:
     def _learn(self, drafter, ok: bool) -> None:
         """End the slot's sequence, learning it as --learn says (draft.learning: the rule the replay of a
         request log follows too)."""
-        if end_sequence(drafter, self.learn, ok):
-            self.metrics.gauge("history_tokens", drafter.history.n_tokens)
-            if self.on_learnt is not None:
-                self.on_learnt()
+        if end_sequence(drafter, self.learn, ok) and self.on_learnt is not None:
+            self.on_learnt()
 
     def _end_all(self, reason: str, message: str) -> None:
         for slot in self.slots:

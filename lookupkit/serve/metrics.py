@@ -13,7 +13,7 @@ RATE_WINDOW_S = 10.0  # tokens_per_second covers the tokens generated in the las
 
 METRICS = {  # name: (type, help)
     "requests_total": ("counter", "Requests by outcome: eos, word (stop string), limit (max_tokens), ctx (context "
-                                  "full), cancelled, shutdown, error, rejected (503), invalid (4xx)"),
+                                  "full), cancelled, shutdown, error, rejected (503), invalid (4xx), unauthorized (401)"),
     "prompt_tokens_total": ("counter", "Prompt tokens decoded"),
     "prompt_tokens_reused_total": ("counter", "Prompt tokens a slot's cache already held (not decoded again)"),
     "generated_tokens_total": ("counter", "Tokens generated"),
@@ -28,8 +28,10 @@ METRICS = {  # name: (type, help)
     "slots_busy": ("gauge", "Slots generating or decoding a prompt"),
     "slots_total": ("gauge", "Slots (--parallel)"),
     "tokens_per_second": ("gauge", f"Tokens generated per second over the last {RATE_WINDOW_S:.0f} s"),
-    "history_tokens": ("gauge", "Positions (tokens and one separator per sequence) the shared history holds "
+    "history_tokens": ("gauge", "Positions (tokens and one separator per sequence) the tenants' histories hold "
                                 "(--learn history; at most --history-budget)"),
+    "history_tenants": ("gauge", "Tenants with a history of their own (--learn history; at most --history-budget / "
+                                 "--tenant-budget, 1 with --learn-scope global)"),
 }
 LABELLED = {"requests_total", "drafted_tokens_total", "accepted_tokens_total"}  # no sample until one happens
 

@@ -203,3 +203,4 @@ class LlamaCompletionRequest(_Body, _Sampled):
     return_tokens: bool = False
     ignore_eos: bool = False
     cache_prompt: bool = True  # start from the slot cache with the longest common prefix (serve.slots)
+    user: str | None = None  # OpenAI's end-user id, the request's tenant when the server has no API keys

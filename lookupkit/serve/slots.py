@@ -6,7 +6,9 @@ sampled, never decoded). A new job goes to the idle slot whose cached tokens sha
 its prompt (llama-server's rule without its similarity threshold: a short match still saves what it matches,
 and the least recently used slot breaks ties, so a slot's long cache is not given up for nothing), and only
 what follows that prefix is decoded. At least the prompt's last token is decoded again, for its logits.
-`cache_prompt: false` takes the least recently used slot and decodes the whole prompt.
+`cache_prompt: false` takes the least recently used slot and decodes the whole prompt. A slot's cache serves
+only requests of the tenant it was made for (serve.tenants): how fast a prompt starts must not tell one
+tenant what another sent.
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 class Slot:
     def __init__(self, seq: int, drafter):
         self.seq, self.drafter, self.job = seq, drafter, None
-        self.cached = EMPTY  # the tokens whose KV cells this sequence holds while it is idle
+        self.cached, self.tenant = EMPTY, None  # what this sequence's KV cells hold while idle, and for whom
         self.idle_since = 0
         self.swaps = 0  # the engine's static-cache swaps this slot's drafter has followed
 
-    def reusable(self, prompt: np.ndarray) -> int:
-        """How many of the prompt's tokens this slot's cache holds (never the last: its logits are needed)."""
+    def reusable(self, prompt: np.ndarray, tenant: str) -> int:
+        """How many of the prompt's tokens this slot's cache holds for `tenant` (never the last: its logits are
+        needed)."""
+        if tenant != self.tenant:
+            return 0
         return min(common_prefix(self.cached, prompt), len(prompt) - 1)
 
     def start(self, job, piece) -> None:
@@ -56,7 +61,7 @@ class Slot:
         return np.concatenate([self.job.prompt, np.asarray(self.out[:-1], np.int32)])
 
     def idle(self, cached: np.ndarray) -> None:
-        self.job, self.cached, self.idle_since = None, cached, next(_clock)
+        self.job, self.cached, self.tenant, self.idle_since = None, cached, self.job.tenant, next(_clock)
 
     def stats(self) -> dict:
         now = time.perf_counter()
@@ -66,9 +71,9 @@ class Slot:
                 "accepted": self.accepted}
 
 
-def choose(idle: list, prompt: np.ndarray, cache_prompt: bool) -> tuple[Slot, int]:
-    """The idle slot for a prompt, and how many of its tokens that slot's cache saves."""
-    if not cache_prompt:
+def choose(idle: list, job) -> tuple[Slot, int]:
+    """The idle slot for a job, and how many of its prompt's tokens that slot's cache saves."""
+    if not job.cache_prompt:
         return min(idle, key=lambda s: s.idle_since), 0
-    slot = max(idle, key=lambda s: (s.reusable(prompt), -s.idle_since))
-    return slot, max(0, slot.reusable(prompt))
+    slot = max(idle, key=lambda s: (s.reusable(job.prompt, job.tenant), -s.idle_since))
+    return slot, max(0, slot.reusable(job.prompt, job.tenant))

@@ -1,8 +1,9 @@
 """Everything `lookupkit serve` opens, opened once at start-up and timed: the model (one llama.cpp context
 of --parallel sequences), the static cache (mapped once, shared read-only by every slot's Drafter),
 the dynamic cache (read once; each slot's Drafter starts every request from it), the policy tables, the
-history every slot shares (--learn history: serve.state, loaded from --state), the drafting kernels and the
-chat template. A bad cache, table, state file or flag is refused before the model loads."""
+tenants' histories (--learn history: serve.tenants, loaded from --state by serve.state), the API keys, the
+drafting kernels and the chat template. A bad cache, table, state or key file or flag is refused before the
+model loads."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ class Served:
     n_vocab: int
     n_ctx_slot: int
     loaded: list = field(default_factory=list)  # (what, seconds, detail) in the order they were opened
-    history: object = None  # the History every slot shares (--learn history), else None
+    tenants: object = None  # every tenant's History, a serve.tenants.Tenants (--learn history), else None
     keeper: object = None  # its serve.state.StateKeeper (--state), else None
+    keys: tuple = ()  # the API keys a request must give one of (none: every request is let in)
     lcs: object = None  # the -lcs path, opened again by reload_static
     vocab: object = None  # the model's vocabulary, which a static cache must have
 
@@ -47,9 +49,11 @@ class Served:
 def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_table=None, verify_cost=None,
                 n_draft: int = 8, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, queue: int = 32,
                 on_batch=None, learn: str = "off", history_budget: int | None = None, state=None,
-                state_reset: bool = False, save_every: int | None = None) -> Served:
+                state_reset: bool = False, save_every: int | None = None, learn_scope: str = "tenant",
+                tenant_budget: int | None = None, api_keys=(), api_key_file=None) -> Served:
     """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline);
-    learn, history_budget, state, state_reset, save_every: serve.state and the engine's docstring."""
+    learn, history_budget, state, state_reset, save_every, learn_scope, tenant_budget: serve.state,
+    serve.tenants and the engine's docstring; api_keys and the lines of api_key_file: the keys let in."""
     from .. import models, warmup
     from ..integrations.engines import drafter_factory
     from ..integrations.llama_generate import batch_size, model_vocab, open_model
@@ -58,10 +62,13 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     from .engine import Engine
     from .metrics import Metrics
 
-    from .state import SAVE_EVERY, StateKeeper, open_history
+    from ..draft.history import BUDGET_MIN, History
+    from .state import SAVE_EVERY, StateKeeper, open_tenants
 
     _check(n_draft, n_ctx, threads, parallel, queue)
-    _check_learning(learn, policy, n_draft, history_budget, state, state_reset, save_every)
+    _check_learning(learn, policy, n_draft, history_budget, state, state_reset, save_every, learn_scope,
+                    tenant_budget)
+    keys = read_keys(api_keys, api_key_file)
     loaded = []
 
     def timed(what: str, fn, detail=""):
@@ -72,12 +79,13 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
 
     path = models.resolve(model)
     vocab = timed("model vocabulary", lambda: model_vocab(path), lambda v: v.name)
-    static = dynamic = make_drafter = history = keeper = None
+    static = dynamic = make_drafter = history = tenants = keeper = None
     if learn == "history":
-        history = timed("history" + (f" {state}" if state is not None else ""),
-                        lambda: open_history(state, history_budget, vocab.fingerprint, state_reset), _describe_history)
-        if state is not None:
-            keeper = StateKeeper(history, state, SAVE_EVERY if save_every is None else save_every)
+        tenants = timed("history" + (f" {state}" if state is not None else ""), lambda: open_tenants(
+            state, history_budget, tenant_budget, vocab.fingerprint, learn_scope, state_reset), lambda t: t.describe())
+        history = History(BUDGET_MIN, vocab=vocab.fingerprint)  # each slot's Drafter starts empty, and is pointed
+        if state is not None:                                    # at its job's tenant's History (Engine.history_for)
+            keeper = StateKeeper(tenants, state, SAVE_EVERY if save_every is None else save_every)
     if n_draft:
         from ..static import StaticCache
 
@@ -99,33 +107,57 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     try:
         timed("drafting kernels (after the model)", warmup.wait_kernels)
         metrics = Metrics()
+
+        def learnt() -> None:
+            metrics.gauge("history_tokens", tenants.n_tokens)
+            metrics.gauge("history_tenants", len(tenants))
+            if keeper is not None:
+                keeper.learnt()
+
         engine = timed(f"{parallel} slot{'s' * (parallel > 1)}", lambda: Engine(
             llm, make_drafter, parallel=parallel, queue=queue, n_draft=n_draft, metrics=metrics, on_batch=on_batch,
-            learn=learn, on_learnt=keeper.learnt if keeper is not None else None),
+            learn=learn, on_learnt=learnt if tenants is not None else None,
+            history_for=tenants.history if tenants is not None else None),
             "a Drafter each" if make_drafter else "no drafting")
         metrics.gauge("slots_total", parallel)
-        if history is not None:
-            metrics.gauge("history_tokens", history.n_tokens)
+        if tenants is not None:
+            metrics.gauge("history_tokens", tenants.n_tokens)
+            metrics.gauge("history_tenants", len(tenants))
         chat = timed("chat template", lambda: ChatTemplate(llm), lambda c: c.describe())
     except BaseException:
         llm.close()
         raise
     model_id = str(model) if str(model) in models.MODELS else Path(path).name
     return Served(llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id, n_vocab=engine.m.n_vocab,
-                  n_ctx_slot=engine.n_ctx_slot, loaded=loaded, history=history, keeper=keeper,
+                  n_ctx_slot=engine.n_ctx_slot, loaded=loaded, tenants=tenants, keeper=keeper, keys=keys,
                   lcs=lcs if static is not None else None, vocab=vocab)
 
 
-def _describe_history(history) -> str:
-    if not history.n_tokens:
-        return f"empty, budget {history.budget:,} tokens"
-    return (f"{history.n_tokens:,} of {history.budget:,} positions, {history.n_sequences():,} sequences kept, "
-            f"{history.learnt:,} learnt")
+def read_keys(keys, key_file) -> tuple:
+    """The API keys: those given, and one per line of key_file (blank lines skipped); a key file that cannot
+    be read or holds no key is refused (a server meant to be closed must not start open)."""
+    keys = list(keys)
+    if key_file is not None:
+        from ..files import open_input
+
+        with open_input(key_file, "--api-key-file") as f:
+            try:
+                lines = [line.strip() for line in f.read().decode("utf-8").splitlines()]
+            except UnicodeDecodeError:
+                raise InputError(f"--api-key-file {key_file} is not UTF-8 text: give one key per line") from None
+        keys += [line for line in lines if line]
+        if not any(lines):
+            raise InputError(f"--api-key-file {key_file} holds no key: give one key per line")
+    if any(not key.strip() or key != key.strip() for key in keys):
+        raise InputError("an --api-key is empty or starts or ends with a space: give the key alone")
+    return tuple(dict.fromkeys(keys))
 
 
-def _check_learning(learn, policy, n_draft, budget, state, reset, save_every) -> None:
+def _check_learning(learn, policy, n_draft, budget, state, reset, save_every, scope, tenant_budget) -> None:
     from ..draft.history import check_budget
     from ..draft.learning import check_learn
+    from ..rules import HISTORY_BUDGET_MAX
+    from .tenants import check_scope, check_tenant_budget
 
     check_learn(learn)
     if learn != "off" and not n_draft:
@@ -133,10 +165,17 @@ def _check_learning(learn, policy, n_draft, budget, state, reset, save_every) ->
     if learn == "history" and policy != "lookupkit":
         raise InputError("--learn history is drafted from by --policy lookupkit only (llama.cpp's rule has no such "
                          "source; --learn dynamic learns into its dynamic cache)")
-    if learn != "history" and (budget is not None or state is not None or reset or save_every is not None):
-        raise InputError("--history-budget, --state, --state-reset and --save-every apply to --learn history only")
+    if learn != "history" and (budget is not None or state is not None or reset or save_every is not None
+                               or scope != "tenant" or tenant_budget is not None):
+        raise InputError("--history-budget, --state, --state-reset, --save-every, --learn-scope and --tenant-budget "
+                         "apply to --learn history only")
+    check_scope(scope)
+    if scope == "global" and tenant_budget is not None:
+        raise InputError("--tenant-budget applies to --learn-scope tenant only (global keeps one History)")
     if budget is not None:
         check_budget(budget, "--history-budget")
+    if tenant_budget is not None:  # (against the budget in use: a --state file's unless --history-budget is given)
+        check_tenant_budget(tenant_budget, HISTORY_BUDGET_MAX if budget is None else budget)
     if state is None and (reset or save_every is not None):
         raise InputError("--state-reset and --save-every apply to a --state FILE only")
     if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 0):
