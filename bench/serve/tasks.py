@@ -88,7 +88,8 @@ def sessions(n: int, seed: int, bos: int, code_dir: Path | None, n_new: int, exc
         keys = sorted(z.files)
         fit = [(i, z[k]) for i, k in enumerate(keys) if i % 2 == 1 and i not in used and len(z[k]) >= need]
     if len(fit) < n:
-        raise InputError(f"{code_dir / 'eval.npz'} has {len(fit)} unused files of >= {need} ids, {n} sessions asked for")
+        raise InputError(f"{code_dir / 'eval.npz'} has {len(fit)} unused files of >= {need} ids, {n} sessions asked for: "
+                         f"--sessions {len(fit)} at most")
     return [_session(i, [bos] + [int(t) for t in ids], 1 + CODE_PROMPT_TOKENS)
             for i, ids in random.Random(seed + 1).sample(fit, n)]
 
