@@ -1,6 +1,8 @@
 """The serving bench's harness without llama-server: its client against `lookupkit serve` on the tiny
-exact-arithmetic model (tokens, TTFT, concurrency, nothing lost), a server process's readiness and memory,
-a file mapping's Rss/Pss, the report's target verdicts on hand-made results, and its refusals."""
+exact-arithmetic model (tokens, TTFT, concurrency, nothing lost, the prompt cache's counters), a server
+process's readiness and memory, a file mapping's Rss/Pss, the report's target verdicts on hand-made results,
+and its refusals; the sessions part (issue 30): prose session plans, N sessions at once on a fake client, the
+per-turn statistics and verdicts on hand-worked numbers."""
 
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ def test_the_client_gets_greedy_tokens_and_times_them(tiny_gguf, prompts):
             one = client.complete(port, ids[0], 48)
             assert one["tokens"] == want[0] and one["n_gen"] == 48
             assert 0 < one["ttft_s"] <= one["wall_s"] and one["drafted"] >= one["accepted"] >= 0
+            turn = ids[1] + client.complete(port, ids[1], 8, cache_prompt=True)["tokens"] + ids[2][1:]
+            again = client.complete(port, turn, 8, cache_prompt=True)  # the next turn: what the slot holds is reused
+            assert again["cache_n"] >= len(ids[1]) and again["cache_n"] + again["prompt_n"] == len(turn)
             many = client.concurrent(port, ids * 2, 48, clients=2)
             assert [r["tokens"] for r in many["runs"]] == want * 2  # every answer, in prompt order, none lost
             assert many["tokens"] == 6 * 48 and many["tok_per_s"] == pytest.approx(many["tokens"] / many["wall_s"])
@@ -128,7 +133,105 @@ def test_the_bench_refuses_what_it_cannot_run(tmp_path):
         run.parse_args([])
     with pytest.raises(InputError, match="unknown task"):
         run.parse_args(["--caches", str(tmp_path), "--tasks", "poetry"])
+    for flag, value in (("--session-tasks", "poetry"), ("--parts", "session")):
+        with pytest.raises(InputError, match="unknown --session-tasks or --parts"):
+            run.parse_args(["--caches", str(tmp_path), flag, value])
     with pytest.raises(InputError, match="--curve"):
         run.parse_args(["--caches", str(tmp_path), "--curve", str(tmp_path / "none.json")])
     with pytest.raises(InputError, match="--cache-rows"):
         run.cache_rows(run.CURVE, 16, tmp_path, ["missing"])
+
+
+def _word_id(word: str) -> int:
+    j, k = word[1:].split("w")
+    return 1000 * int(j) + int(k) + 2
+
+
+def test_prose_sessions_split_held_out_paragraphs_like_the_code_sessions(tmp_path):
+    from lookupkit.bench.serve import tasks
+
+    paras = [" ".join(f"p{j}w{k}" for k in range(330 if j < 6 else 100)) for j in range(8)]
+    valid = tmp_path / "wiki.valid.tokens"
+    valid.write_text("\n".join([" = Heading = "] + [f" {p} " for p in paras]) + "\n")
+    tokenize = lambda text: [1] + [_word_id(w) for w in text.split()]  # BOS, then one id a word  # noqa: E731
+    used = set(tasks.chosen_paragraphs(2, 22, valid))
+    got = tasks.prose_sessions(4, 22, tokenize, used, valid)
+    assert got == tasks.prose_sessions(4, 22, tokenize, used, valid)  # the seed decides
+    for s in got:
+        para = paras[(s["start"][1] - 2) // 1000]
+        assert para not in used  # the prose and copy tasks' paragraphs stay out
+        ids = tokenize(" " + para)
+        assert s["start"] == ids[:1 + tasks.PROSE_START] and s["start"][0] == 1
+        assert s["messages"] == [ids[1 + tasks.PROSE_START + 64 * k:1 + tasks.PROSE_START + 64 * (k + 1)] for k in range(3)]
+    assert len({s["index"] for s in got}) == 4
+    with pytest.raises(InputError, match="4 unused paragraphs .* --sessions 4 at most"):  # the 100-word ones are too short
+        tasks.prose_sessions(5, 22, tokenize, used, valid)
+    with pytest.raises(InputError, match="WikiText-103 valid"):
+        tasks.prose_sessions(1, 22, tokenize, set(), tmp_path / "missing")
+
+
+def test_sessions_run_n_at_once_each_one_turn_after_the_other(monkeypatch):
+    import threading
+
+    from lookupkit.bench.serve import sessions
+
+    sess = [{"index": i, "start": [1, 100 + i], "messages": [[200 + i], [300 + i], [400 + i]]} for i in range(6)]
+    lock, state, calls = threading.Lock(), {"active": 0, "most": 0}, []
+    meet = threading.Barrier(4, timeout=10)  # the first four sessions' first turns meet only if four run at once
+
+    def fake(port, prompt, n, cache_prompt=False):
+        with lock:
+            state["active"] += 1
+            state["most"] = max(state["most"], state["active"])
+            calls.append((prompt[1], cache_prompt))
+        if len(prompt) == 2 and prompt[1] < 104 and clients == 4:
+            meet.wait()
+        with lock:
+            state["active"] -= 1
+        return {"tokens": [len(prompt)] * n, "n_gen": n, "ttft_s": 0.01, "wall_s": 0.1, "t_gen_s": 0.05,
+                "drafted": 0, "accepted": 0, "cache_n": 0, "prompt_n": len(prompt)}
+
+    monkeypatch.setattr(sessions.client, "complete", fake)
+    for clients in (1, 4):
+        state["most"] = 0
+        got = sessions.conversations(0, sess, 2, clients)
+        assert state["most"] == clients and got["requests"] == 30 and got["tokens"] == 60
+        for i in range(6):
+            mine = [r for r in got["runs"] if r["session"] == i]
+            assert [(r["turn"], r["retry"]) for r in mine] == [(1, False), (2, False), (2, True), (3, False), (4, False)]
+            assert [r["n_prompt"] for r in mine] == [2, 5, 5, 8, 11]  # + the 2-token answer + the 1-id message; a retry repeats
+            assert all(r["clients"] == clients and "prompt_ids" not in r for r in mine)
+    assert {c for _, c in calls} == {True}  # the prompt cache on
+    assert sessions.slot_ctx(sess, 128) == 768 and sessions.slot_ctx(sess, 100) == 512  # 2 + 3 + 4 x 128 = 517; 405
+
+
+def _level(row, clients, ttft, wall_s, retry_gen_s, all_tok_per_s=100.0):
+    """One session at one client count: turns 1, 2, 2 (the retry), 3, 4 of 11 tokens each; ttft per request,
+    every request wall_s through the client and 0.1 s decoding but the retry (retry_gen_s)."""
+    plan = [(1, False), (2, False), (2, True), (3, False), (4, False)]
+    runs = [{"session": 0, "turn": t, "retry": r, "clients": clients, "ttft_s": f, "n_gen": 11, "wall_s": wall_s,
+             "t_gen_s": retry_gen_s if r else 0.1, "n_prompt": n, "cache_n": c, "drafted": 8, "accepted": 6}
+            for (t, r), f, n, c in zip(plan, ttft, (100, 175, 175, 250, 325), (0, 110, 174, 185, 260))]
+    return {"row": row, "clients": clients, "tok_per_s": all_tok_per_s, "runs": runs}
+
+
+def test_the_report_judges_the_sessions_per_turn_and_client_count():
+    rival, fast = (0.4, 0.2, 0.1, 0.3, 0.4), (0.4, 0.2, 0.05, 0.25, 0.3)  # TTFT of turns >= 2: p50 0.3 and 0.25 s
+    learn = "lk:policy-static-learn-history"
+    levels = [_level("server:none", 1, rival, 0.1, 0.1), _level("server:ngram-mod", 1, rival, 0.1, 0.1),
+              _level("lk:plain", 1, (0.4, 0.3, 0.1, 0.35, 0.4), 0.1, 0.1), _level(learn, 1, fast, 0.08, 0.05, 130.0),
+              _level("server:ngram-mod", 4, rival, 0.1, 0.1), _level(learn, 4, rival, 0.1, 0.08)]
+    res = {"command": "x", "date": "d", "git": {"commit": "abc"}, "machine": {"cpu": "c", "cores": 2},
+           "args": {"n_new": 256, "agent_new": 11, "clients": [1, 4]}, "tasks": {}, "sessions": {"prose": levels}}
+    assert _verdict(res, f"1 client: {learn} TTFT p50 of turns >= 2 not above server:ngram-mod's") is True  # 250 <= 300 ms
+    assert _verdict(res, "1 client: lk:plain TTFT p50 of turns >= 2 not above server:none's") is False  # 350 > 300 ms
+    assert _verdict(res, f"4 clients: {learn} TTFT") is True  # equal is not above
+    assert _verdict(res, f"1 client: {learn} >= 1.2x ngram-mod") is True  # 11 / 0.08 over 11 / 0.1 = 1.25x
+    assert _verdict(res, f"4 clients: {learn} >= 1.2x ngram-mod") is False  # 1.00x
+    assert _verdict(res, f"1 client: {learn} the retried turn >= 1.5x") is True  # 10 / 0.05 over 10 / 0.1 = 2x
+    assert _verdict(res, f"4 clients: {learn} the retried turn >= 1.5x") is False  # 1.25x
+    assert not [what for what, _, _ in report.targets(res) if "lk:plain >=" in what or "lk:plain the retried" in what]
+    text = report.markdown(res)
+    # TTFT turn 1, turns >= 2 (p95 0.25 + 0.9 x 0.05), retry; 55 tokens / 0.4 s; 50 / 0.45 s decoding; reused 729 of 1,025
+    assert f"| 1 | {learn} | 400 / 400 | 250 / 295 | 50 / 50 | 137.5 | 111.1 | 130.0 | 1.25 | 729 / 1,025 | 30 / 40 |" in text
+    assert "**Sessions: prose** (1 session x 5 requests of 11 tokens" in text

@@ -2,14 +2,15 @@
 
     python -m lookupkit.bench.serve --quick                       # 2 prompts x 32 tokens per task
     python -m lookupkit.bench.serve --caches DIR --code DIR       # the run of record (bench/RESULTS.md)
+    python -m lookupkit.bench.serve --caches DIR --code DIR --parts sessions --clients 1,4 --sessions 8  # issue 30
     python -m lookupkit.bench.serve.report RESULTS.json --md OUT.md --plot OUT.png
     python -m lookupkit.bench.serve.restart --caches DIR
     python -m lookupkit.bench.serve.overhead                      # the HTTP path alone, the model taken out
 
 One room, one job per module: `client` (a streamed /completion, and N clients at once), `servers` (a
 server process of either kind: its command, start-up time, memory), `tasks` (the prompts and caches of
-prose, copying, code and the agent-like sessions), `run` (what runs in which order), `report` (the table and
-the plot), `restart` (a learning server's speed before and after a restart from its saved state),
-`overhead` (what the HTTP path of `lookupkit serve` costs per token and per request, a fake engine in
-place of the model).
+prose, copying, code and the agent-like sessions), `sessions` (a conversation's turns, N of them at once
+with the prompt cache), `run` (what runs in which order), `report` (the tables, targets and plot),
+`restart` (a learning server's speed before and after a restart from its saved state), `overhead` (what
+the HTTP path of `lookupkit serve` costs per token and per request, a fake engine in place of the model).
 """

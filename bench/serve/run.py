@@ -5,7 +5,9 @@ warm-up each (first allocations of a task-sized batch; arbitrary ids, not one of
 on every row, the rows' order rotated prompt by prompt — the same requests in the same order through the
 same client (client.complete) on every server. A prompt is never repeated: llama-server's ngram-mod keeps
 its table across requests, so a repeat would not be an independent sample. Then at 1, 2 and 4 concurrent
-clients (--concurrency), fresh servers with 4 slots each, the same prompts per level. Then start-up:
+clients (--clients), fresh servers with 4 slots each, the same prompts per level. Then (--parts sessions, not
+by default) conversations on prose and code with the prompt cache, the same sessions at each client count on
+fresh 4-slot servers (sessions.py). Then start-up:
 time to /health and RSS with each static cache (warm page cache), and the 541 MB cache's resident and
 proportional memory in one and in two `lookupkit serve` processes. The results JSON is rewritten after
 every part; the load average is recorded around every round.
@@ -31,8 +33,9 @@ from lookupkit.bench.harness import RESULTS, command, git_state, machine, warm_f
 from lookupkit.bench.serve import client
 from lookupkit.bench.llama_server import llama_server_cmd
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
-from lookupkit.bench.serve.tasks import (STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts, session_plan,
-                                         sessions)
+from lookupkit.bench.serve.sessions import conversations, run_session, session_sets, slot_ctx
+from lookupkit.bench.serve.tasks import (SESSION_TASKS, STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts,
+                                         session_plan, sessions)
 
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"  # lookupkit calibrate, this model
 POLICY_DRAFT = 16  # the policy rows' --draft here: CURVE's largest k (not lookup-stats' rules.POLICY_DRAFT: a
@@ -86,26 +89,12 @@ def agent_rows(curve: Path, n_draft: int, table: list[dict]) -> list[dict]:
         [r for r in table if "-learn-" in r["name"]]
 
 
+PARTS = ("tasks", "concurrency", "sessions", "startup")
 LEARN = ("dynamic", "history")  # lookupkit serve --learn: what the server may learn from what it served
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def run_session(port: int, one: dict, n_new: int) -> list[dict]:
-    """One agent session on one server: each request is the previous request's prompt, the server's response
-    to it and the next user message; a retry re-sends the previous request verbatim."""
-    recs, prompt = [], None
-    for turn, retry in session_plan():
-        if turn == 1:
-            prompt = list(one["start"])
-        elif not retry:
-            prompt = prompt + recs[-1]["tokens"] + one["messages"][turn - 2]
-        rec = client.complete(port, prompt, n_new)
-        rec.update(turn=turn, retry=retry, n_prompt=len(prompt), prompt_ids=prompt)
-        recs.append(rec)
-    return recs
 
 
 class Bench:
@@ -204,14 +193,26 @@ class Bench:
 
     def concurrency(self, task: str, ids: list[list[int]], table: list[dict]) -> list[dict]:
         """At each client count: fresh servers with SLOTS slots, the same prompts, rows alternating."""
+        return self.levels(task, table, SLOTS * CTX_PER_SLOT,
+                           lambda port, clients: client.concurrent(port, ids, self.args.n_new, clients))
+
+    def sessions(self, task: str, sess: list[dict], table: list[dict]) -> list[dict]:
+        """At each client count: fresh servers with SLOTS slots, every session once with the prompt cache."""
+        n_new = self.args.agent_new
+        return self.levels(task, table, SLOTS * slot_ctx(sess, n_new),
+                           lambda port, clients: conversations(port, sess, n_new, clients))
+
+    def levels(self, task: str, table: list[dict], ctx: int, send) -> list[dict]:
+        """Per --clients count, per row (the order reversed every other count): a fresh server with SLOTS slots
+        and `ctx` tokens of context, an untimed warm-up, then send(port, clients) -> the level's record."""
         out = []
         for level, clients in enumerate(self.args.clients):
             order = table if level % 2 == 0 else table[::-1]
             for row in order:
-                with self.server(row, TASK_CACHE[task], SLOTS, SLOTS * CTX_PER_SLOT) as s:
+                with self.server(row, TASK_CACHE[task], SLOTS, ctx) as s:
                     client.complete(s.port, self.warmup, WARMUP_NEW)
                     load = os.getloadavg()[0]
-                    rec = client.concurrent(s.port, ids, self.args.n_new, clients)
+                    rec = send(s.port, clients)
                 rec.update(row=row["name"], task=task, load1=load, slots=SLOTS)
                 log(f"{task} {clients} clients: {row['name']} {rec['tok_per_s']:.1f} tok/s in all")
                 out.append(rec)
@@ -275,13 +276,16 @@ def parse_args(argv=None):
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--prompts", type=int, default=12, help="prompts per task (each sent once to every row)")
     ap.add_argument("--n-new", type=int, default=256, help="tokens generated per request (EOS ignored)")
-    ap.add_argument("--sessions", type=int, default=6, help="agent task: sessions (each row runs all of them)")
-    ap.add_argument("--agent-new", type=int, default=128, help="agent task: tokens generated per request")
-    ap.add_argument("--clients", default="1,2,4", help="concurrent clients (servers with 4 slots)")
+    ap.add_argument("--sessions", type=int, default=6, help="agent task and sessions part: sessions per task "
+                    "(each row runs all of them)")
+    ap.add_argument("--agent-new", type=int, default=128, help="agent task and sessions part: tokens per request")
+    ap.add_argument("--clients", default="1,2,4", help="concurrent clients of the concurrency and sessions parts "
+                    "(servers with 4 slots)")
+    ap.add_argument("--session-tasks", default=",".join(SESSION_TASKS), help="the sessions part's conversations")
     ap.add_argument("--concurrency-tasks", default="prose,copy")
     ap.add_argument("--concurrency-prompts", type=int, default=8)
     ap.add_argument("--startup-reps", type=int, default=2)
-    ap.add_argument("--parts", default="tasks,concurrency,startup")
+    ap.add_argument("--parts", default="tasks,concurrency,startup", help=f"of {','.join(PARTS)}")
     ap.add_argument("--seed", type=int, default=22, help="chooses the prompts (tune on another seed than the one you report)")
     ap.add_argument("--policy-draft", type=int, default=POLICY_DRAFT, help="the policy rows' --draft")
     ap.add_argument("--learn-rows", action="store_true", help="add --learn-base with --learn dynamic and "
@@ -301,9 +305,13 @@ def parse_args(argv=None):
     args.tasks = [t for t in args.tasks.split(",") if t]
     args.concurrency_tasks = [t for t in args.concurrency_tasks.split(",") if t]
     args.parts = [p for p in args.parts.split(",") if p]
+    args.session_tasks = [t for t in args.session_tasks.split(",") if t]
     args.clients = [int(c) for c in args.clients.split(",")]
     if set(args.tasks + args.concurrency_tasks) - set(TASKS):
         raise InputError(f"unknown task in --tasks/--concurrency-tasks (tasks: {', '.join(TASKS)})")
+    if set(args.session_tasks) - set(SESSION_TASKS) or set(args.parts) - set(PARTS):
+        raise InputError(f"unknown --session-tasks or --parts (session tasks: {', '.join(SESSION_TASKS)}; parts: "
+                         f"{', '.join(PARTS)})")
     if args.caches is None or not args.caches.is_dir():
         raise InputError("--caches DIR is required (the static caches): " + "; ".join(cache_commands().values()))
     if not args.curve.is_file():
@@ -340,6 +348,7 @@ def _main(args) -> None:
     sess = sessions(args.sessions, args.seed, bos, args.code, args.n_new, args.prompts) if "agent" in args.tasks else []
     conc_ids = {t: prompts(t, args.prompts + args.concurrency_prompts, args.seed, tokenize, bos, args.code,
                            args.n_new)[args.prompts:] for t in args.concurrency_tasks}
+    conv = session_sets(args, tokenize, bos) if "sessions" in args.parts else {}
     bench.sharing_prompts = ids.get("prose", next(iter(ids.values()), []))[:4]
     table = rows(args.curve, args.policy_draft) + (learn_rows(args.curve, args.policy_draft, args.learn_base)
                                                    if args.learn_rows else [])
@@ -355,7 +364,8 @@ def _main(args) -> None:
               "command": command("lookupkit.bench.serve", args.argv),
               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "cache_commands": cache_commands(), "task_cache": TASK_CACHE, "policy_draft": args.policy_draft,
-              "rows": table, "prompt_tokens": ids, "tasks": {}, "concurrency": {}, "startup": None}
+              "rows": table, "prompt_tokens": ids, "tasks": {}, "concurrency": {}, "session_prompts": conv,
+              "sessions": {}, "startup": None}
 
     def save():
         result["loadavg_end"] = os.getloadavg()
@@ -378,6 +388,13 @@ def _main(args) -> None:
         conc = [r for r in table if r["name"] in ("server:ngram-mod", "lk:policy")]
         for task in args.concurrency_tasks:
             result["concurrency"][task] = bench.concurrency(task, conc_ids[task], conc)
+            save()
+    if "sessions" in args.parts:
+        conv_table = agent_rows(args.curve, args.policy_draft, table)
+        for task, convs in conv.items():
+            log(f"sessions {task}: {len(convs)} sessions of {len(session_plan())} requests x {args.agent_new} tokens, "
+                f"{len(conv_table)} rows, clients {args.clients}")
+            result["sessions"][task] = bench.sessions(task, convs, conv_table)
             save()
     if "startup" in args.parts:
         result["startup"] = bench.startup()

@@ -10,6 +10,9 @@
   response and asks for the next part (the next AGENT_MESSAGE ids of a django 5.0 file the code task does
   not use), AGENT_TURNS turns, and the second turn is sent twice, verbatim (a retry). The history grows
   turn by turn; what the server served earlier is what the next request needs.
+* sessions (issue 30; SESSION_TASKS, the `sessions` part): the same conversations with the server's prompt
+  cache on, on code (the agent's sessions) and on prose: BOS and the first PROSE_START ids of a WikiText-103
+  valid paragraph the prose and copy tasks do not use, then its next AGENT_MESSAGE ids per turn.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ CODE_PROMPT_TOKENS = 256
 # the static cache each task drafts from (lookupkit .lkc, llama-server the same counts as .lcs), in --caches
 TASK_CACHE = {"prose": "gemma-wiki25", "copy": "gemma-wiki25", "code": "code-django42", "agent": "code-django42"}
 AGENT_TURNS, AGENT_MESSAGE, AGENT_RETRY = 4, 64, 2  # turns per session, ids per user message, the retried turn
+SESSION_TASKS = ("prose", "code")  # the sessions part's conversations (TASK_CACHE[task]: their static cache)
+PROSE_START = 128  # a prose session's first part in ids: in Gemma 3 ids, ~45 unused valid paragraphs hold 321+, 3 hold 449+
 STARTUP_CACHES = {"25MB": "gemma-wiki25", "100MB": "gemma-wiki100", "541MB": "gemma-wiki541"}
 
 
@@ -42,12 +47,9 @@ def cache_commands(code_dir: str = "CODE_DIR") -> dict:
 def prompts(task: str, n: int, seed: int, tokenize, bos: int, code_dir: Path | None, n_new: int) -> list[list[int]]:
     """n prompts of one task as token ids (BOS first), random.Random(seed)-chosen."""
     if task in ("prose", "copy"):
-        from lookupkit.bench.generations import paragraphs, prompt_text
+        from lookupkit.bench.generations import prompt_text
 
-        if not VALID.is_file():
-            raise InputError(f"{VALID} not found: prose and copy take their prompts from WikiText-103 valid (../shared)")
-        chosen = random.Random(seed).sample(paragraphs(VALID), n)
-        return [tokenize(prompt_text(p, "wiki" if task == "prose" else "copy")) for p in chosen]
+        return [tokenize(prompt_text(p, "wiki" if task == "prose" else "copy")) for p in chosen_paragraphs(n, seed)]
     if task == "code":
         from lookupkit.bench.code_engines.run import select_prompts
 
@@ -56,6 +58,19 @@ def prompts(task: str, n: int, seed: int, tokenize, bos: int, code_dir: Path | N
                              "-m gemma-3-270m makes it (in $LOOKUPKIT_CACHE_DIR/code-task)")
         return [[bos] + p["ids"] for p in select_prompts(code_dir / "eval.npz", n, seed, CODE_PROMPT_TOKENS, n_new)]
     raise InputError(f"unknown task {task!r} (tasks: {', '.join(TASKS)}; agent: use sessions())")
+
+
+def chosen_paragraphs(n: int, seed: int, path: Path = VALID) -> list[str]:
+    """The paragraphs of the prose and copy tasks' first n prompts."""
+    from lookupkit.bench.generations import paragraphs
+
+    return random.Random(seed).sample(paragraphs(_valid(path)), n)
+
+
+def _valid(path: Path) -> Path:
+    if not path.is_file():
+        raise InputError(f"{path} not found: the prose prompts come from WikiText-103 valid (../shared/corpora)")
+    return path
 
 
 def sessions(n: int, seed: int, bos: int, code_dir: Path | None, n_new: int, exclude: int) -> list[dict]:
@@ -73,14 +88,37 @@ def sessions(n: int, seed: int, bos: int, code_dir: Path | None, n_new: int, exc
         keys = sorted(z.files)
         fit = [(i, z[k]) for i, k in enumerate(keys) if i % 2 == 1 and i not in used and len(z[k]) >= need]
     if len(fit) < n:
-        raise InputError(f"{code_dir / 'eval.npz'} has {len(fit)} unused files of >= {need} ids, {n} sessions asked for")
+        raise InputError(f"{code_dir / 'eval.npz'} has {len(fit)} unused files of >= {need} ids, {n} sessions asked for: "
+                         f"--sessions {len(fit)} at most")
+    return [_session(i, [bos] + [int(t) for t in ids], 1 + CODE_PROMPT_TOKENS)
+            for i, ids in random.Random(seed + 1).sample(fit, n)]
+
+
+def prose_sessions(n: int, seed: int, tokenize, exclude: set[str], path: Path = VALID) -> list[dict]:
+    """n prose sessions: {"start": BOS + a WikiText-103 valid paragraph's first PROSE_START ids, "messages": its
+    next ids}, from paragraphs not in `exclude` (the prose and copy tasks'; valid tunes no table either),
+    taken in random.Random(seed + 1)'s order among those long enough."""
+    from lookupkit.bench.generations import paragraphs
+
+    need = 1 + PROSE_START + (AGENT_TURNS - 1) * AGENT_MESSAGE
+    pool = [(i, p) for i, p in enumerate(paragraphs(_valid(path), min_words=1)) if p not in exclude]
+    random.Random(seed + 1).shuffle(pool)
     out = []
-    for i, ids in random.Random(seed + 1).sample(fit, n):
-        ids = [int(t) for t in ids]
-        rest = ids[CODE_PROMPT_TOKENS:]
-        out.append({"index": i, "start": [bos] + ids[:CODE_PROMPT_TOKENS],
-                    "messages": [rest[k * AGENT_MESSAGE:(k + 1) * AGENT_MESSAGE] for k in range(AGENT_TURNS - 1)]})
-    return out
+    for i, para in pool:
+        ids = tokenize(" " + para)
+        if len(ids) >= need:
+            out.append(_session(i, ids, 1 + PROSE_START))
+            if len(out) == n:
+                return out
+    raise InputError(f"{path} has {len(out)} unused paragraphs of >= {need} ids, {n} sessions asked for: "
+                     f"--sessions {len(out)} at most")
+
+
+def _session(index: int, ids: list[int], start: int) -> dict:
+    """A session from one text's ids (BOS first): its first `start` ids, then AGENT_TURNS - 1 messages."""
+    rest = ids[start:]
+    return {"index": index, "start": ids[:start],
+            "messages": [rest[k * AGENT_MESSAGE:(k + 1) * AGENT_MESSAGE] for k in range(AGENT_TURNS - 1)]}
 
 
 def session_plan() -> list[tuple[int, bool]]:
