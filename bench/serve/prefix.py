@@ -70,12 +70,12 @@ def run(argv) -> None:
     out = {"kind": "serve-prefix", "command": command("lookupkit.bench.serve.prefix", argv), "machine": machine(),
            "git": git_state(), "model": args.model, "n_new": N_NEW, "rows": {}}
     t0 = time.time()
+    path = Path(args.out) if args.out else RESULTS / f"serve-prefix-{time.strftime('%Y-%m-%d')}.json"
     for name, extra in (("drafting", drafting), ("plain", ["--draft", "0"])):
         r = out["rows"][name] = measure(extra, prompts, model, args.threads)
         print(f"{name}: {r['equal']} of {r['n']} cached texts equal to the uncached ones", flush=True)
-    out["seconds"] = time.time() - t0
-    path = Path(args.out) if args.out else RESULTS / f"serve-prefix-{time.strftime('%Y-%m-%d')}.json"
-    write_text(path, json.dumps(out, indent=1) + "\n")
+        out["seconds"] = time.time() - t0
+        write_text(path, json.dumps(out, indent=1) + "\n")  # after each row: an interrupted run keeps it
     print(f"wrote {path}")
 
 
