@@ -179,8 +179,7 @@ class _Model:
             raise InputError(f"this model's KV cache cannot drop positions from {pos} on, which drafting needs")
 
     def pos_min(self, seq: int = SEQ) -> int:
-        """The smallest position sequence seq's KV cells hold (-1: none); a sliding-window layer's cache forgets
-        the oldest positions as it goes."""
+        """The smallest position seq's KV cells hold (-1: none): sliding-window layers forget the oldest ones."""
         return int(self.lib.llama_memory_seq_pos_min(self.mem, seq))
 
     def clear(self) -> None:
