@@ -1,6 +1,7 @@
 """What a cached prompt prefix changes on a quantised model: the same requests through `lookupkit serve`,
-each sent with `cache_prompt: false` and then again reusing a slot's cache (a retry: all but the last
-prompt token reused; a next turn: the conversation so far reused), texts compared token by token.
+each sent with `cache_prompt: false` and again reusing a slot's cache (a retry: all but the last prompt
+token reused; a next turn, which re-sends the first answer: the conversation so far reused), texts compared
+token by token.
 
 On exact arithmetic they are equal; on Q4_K the KV cells of a reused prefix were computed in other batch
 shapes than a fresh decode's, so a greedy text may part from the uncached one. This measures how often
@@ -46,9 +47,11 @@ def measure(extra: list[str], prompts: list[str], model: Path, threads: int) -> 
                 "cache_prompt": cache}).json()
 
         for text in prompts:  # text in, as a client sends it: the next turn re-sends the answer as text
-            fresh, retry = ask(text, False), ask(text, True)
+            fresh = ask(text, False)  # the slot now holds the prompt and this answer
             turn = text + fresh["content"] + "\n\n# and then\n"
-            turn_fresh, turn_cached = ask(turn, False), ask(turn, True)
+            turn_cached = ask(turn, True)  # reuses the conversation so far
+            retry = ask(text, True)  # reuses the prompt but its last token
+            turn_fresh = ask(turn, False)
             for kind, a, b in (("retry", fresh, retry), ("next turn", turn_fresh, turn_cached)):
                 pairs.append({"kind": kind, "prompt_tokens": b["tokens_evaluated"], "reused": b["timings"]["cache_n"],
                               "first_difference": first_difference(a["tokens"], b["tokens"])})
