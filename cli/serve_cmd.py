@@ -22,12 +22,11 @@ from typing import Optional
 import typer
 
 from lookupkit.errors import InputError, LookupkitError
-from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, HISTORY_TENANTS, MAX_DRAFT, DEFAULT_CTX
+from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, HISTORY_TENANTS, LEARN_SCOPES, MAX_DRAFT, DEFAULT_CTX
 from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import (LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS, VERIFY_COST, LearnMode,
                                          PolicyName)
 from lookupkit.serve.state import SAVE_EVERY
-from lookupkit.serve.tenants import SCOPES
 
 
 
@@ -72,7 +71,7 @@ def serve_cmd(
                                     "(nothing: no request's text reaches another's drafts), dynamic (each slot's "
                                     "dynamic cache, llama.cpp's rule), history (a history per tenant, --learn-scope, every slot "
                                     "drafts from; --policy lookupkit). Drafts are verified: outputs never change."),
-    learn_scope: str = typer.Option("tenant", "--learn-scope", metavar="|".join(SCOPES), help="--learn history: "
+    learn_scope: str = typer.Option("tenant", "--learn-scope", metavar="|".join(LEARN_SCOPES), help="--learn history: "
                                     "tenant (a request drafts only from what its tenant was served: its API key's, "
                                     "else its body's `user`'s, else the anonymous one's) or global (one history for "
                                     "every client: one client's text drafts another's)."),

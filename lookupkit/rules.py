@@ -81,6 +81,7 @@ HISTORY_BUDGET_MAX = 1 << 27
 # than TENANTS_MAX (a state file's header lists each one).
 HISTORY_TENANTS = 64
 TENANTS_MAX = 4096
+LEARN_SCOPES = ("tenant", "global")  # --learn-scope: each tenant's history apart, or one for all
 # The shortest earlier match the history drafts after. Measured (policy.confidence.learn_sources' counts with
 # a History, over 60 WikiText-103 valid articles as independent requests, GPT-2 ids, 114,583 positions):
 # followers of matches of 5 and 6 tokens in earlier articles were right 49 % and 44 % of the time against

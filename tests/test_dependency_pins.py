@@ -35,7 +35,7 @@ def requirement(name: str) -> Requirement:
     return req
 
 
-def tested_transformers() -> tuple:
+def transformers_tested() -> tuple:
     tree = ast.parse((ROOT / "lookupkit" / "integrations" / "transformers.py").read_text())
     node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "TESTED_VERSIONS")
     return ast.literal_eval(node.value)
@@ -61,7 +61,7 @@ def test_each_engine_admits_the_version_ci_ran_and_nothing_newer(name, next_rele
 
 
 def test_transformers_is_bounded_by_the_newest_tested_minor():
-    tested = sorted(Version(v) for v in tested_transformers())
+    tested = sorted(Version(v) for v in transformers_tested())
     req = requirement("transformers")
     assert Version(pins()["transformers"]).release[:2] == tested[-1].release
     assert all(req.specifier.contains(Version(f"{v}.0")) for v in tested)

@@ -23,10 +23,9 @@ import numpy as np
 from ..draft.history import BUDGET_MIN, History, check_budget
 from ..errors import InputError
 from ..formats.history_state import GLOBAL, TenantLog
-from ..rules import HISTORY_TENANTS, TENANTS_MAX
+from ..rules import HISTORY_TENANTS, LEARN_SCOPES as SCOPES, TENANTS_MAX
 
 ANONYMOUS = "anonymous"
-SCOPES = ("tenant", "global")
 
 
 def tenant_id(key: str | None = None, user: str | None = None) -> str:

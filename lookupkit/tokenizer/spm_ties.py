@@ -62,7 +62,7 @@ class SpmTiesBackend:
         return self.encode_parts([text], at_start)
 
     def encode_parts(self, parts: list, at_start: bool) -> np.ndarray:
-        specials, texts, prev = [], [], at_start
+        specials, texts, placeholder, prev = [], [], [], at_start
         for p in parts:
             if isinstance(p, int):
                 specials.append(p)
@@ -71,12 +71,13 @@ class SpmTiesBackend:
             else:
                 texts.append(" " + p if self._prefix and prev else p)
                 prev = False
+            placeholder.append(isinstance(p, int))  # (a text part may be a "\x00" of its own)
         text = "".join(texts)
         cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32).astype(np.int64)
         syms = self._cp[cps]
         if specials:  # the "\x00" placeholders that stand for specials, in order
             joints = np.flatnonzero(cps == 0)
-            syms[joints[_placeholders(texts)]] = -2
+            syms[joints[_placeholders(texts, placeholder)]] = -2
         syms[cps == ord(" ")] = self._cp[ord(SPACE)]
         out = _merge(syms, *self._table)
         return self._finish(out, cps, specials)
@@ -104,15 +105,14 @@ class SpmTiesBackend:
         return np.concatenate(parts).astype(np.int32)
 
 
-def _placeholders(texts: list) -> np.ndarray:
-    """Index, among all "\\x00" characters of "".join(texts), of each special's placeholder."""
+def _placeholders(texts: list, placeholder: list) -> np.ndarray:
+    """Index, among all "\\x00" characters of "".join(texts), of each special's placeholder (placeholder[i]:
+    whether texts[i] is one; a text's own NUL characters are not)."""
     idx, seen = [], 0
-    for t in texts:
-        if t == "\x00":
+    for t, stands_for_special in zip(texts, placeholder):
+        if stands_for_special:
             idx.append(seen)
-            seen += 1
-        else:
-            seen += t.count("\x00")
+        seen += t.count("\x00")
     return np.array(idx, np.int64)
 
 
