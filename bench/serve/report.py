@@ -231,7 +231,8 @@ def session_markdown(res: dict) -> list[str]:
 def markdown(res: dict) -> str:
     lines = [f"Command: `{res['command']}` — {res['date']}, git {str(res['git'].get('commit'))[:7]}"
              f"{' (dirty)' if res['git'].get('dirty') else ''}, {res['machine']['cpu']}, {res['machine']['cores']} cores; "
-             f"{res['args']['n_new']} tokens per request, greedy, 2 threads.", ""]
+             + (f"{res['args']['n_new']} tokens per request of the tasks, " if res["tasks"] else "")
+             + "greedy, 2 threads.", ""]
     for name, task in res["tasks"].items():
         s = task_table(task)
         loads = [r["load1"] for r in task["runs"]]
