@@ -37,10 +37,12 @@ def complete(url, prompt, n=N, **extra) -> dict:
 @pytest.fixture(scope="module")
 def served(tiny_gguf):
     served = open_server(tiny_gguf, n_draft=8, parallel=2, n_ctx=4096, threads=1)
-    with running(served) as url:
-        served.url = url
-        yield served
-    served.llm.close()
+    try:
+        with running(served) as url:
+            served.url = url
+            yield served
+    finally:
+        served.llm.close()
 
 
 def tokenize(served, text: str, bos: bool = False) -> list:

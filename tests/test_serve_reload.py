@@ -40,16 +40,20 @@ def caches(tiny_gguf, tmp_path_factory):
     d = tmp_path_factory.mktemp("reload")
     old = static_from_text("An unrelated text about something else entirely.\n" * 20, d / "old.lkc")
     served = open_server(tiny_gguf, n_draft=8, threads=1, n_ctx=1024)
-    with running(served) as url:
-        tokens, _, _ = ask(url)
-    served.llm.close()
+    try:
+        with running(served) as url:
+            tokens, _, _ = ask(url)
+    finally:
+        served.llm.close()
     new = static_from_text((PROMPT + Tokenizer.default().decode(tokens) + "\n") * 3, d / "new.lkc")
     counts = {}
     for name, path in (("old", old), ("new", new)):
         served = open_server(tiny_gguf, lcs=path, n_draft=8, threads=1, n_ctx=1024)
-        with running(served) as url:
-            counts[name] = ask(url)
-        served.llm.close()
+        try:
+            with running(served) as url:
+                counts[name] = ask(url)
+        finally:
+            served.llm.close()
     assert counts["old"][1:] != counts["new"][1:], "the two caches must draft differently, or nothing is tested"
     return d, old, new, counts
 

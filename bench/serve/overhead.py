@@ -66,7 +66,7 @@ class FakeEngine:
             for i in range(job.max_tokens):
                 if job.cancelled:
                     break
-                job.deliver(Delta([i % 1000], "x", ["x"]))
+                job.deliver(Delta([i % 1000], ["x"]))
             job.deliver(Done("limit", stats={"prompt_n": len(job.prompt), "cache_n": 0, "prompt_s": 0.0,
                                              "predicted_n": job.max_tokens, "predicted_s": 1.0, "calls": 0,
                                              "drafted": 0, "accepted": 0}))

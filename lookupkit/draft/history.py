@@ -96,8 +96,7 @@ class History:
 
     def tokens(self) -> np.ndarray:
         """A copy of the live log: the sequences kept, each led by SEPARATOR (-1; the first may be cut)."""
-        with self.lock:
-            return self._h.log[:self._h.n[0]].copy()
+        return self.snapshot()[0]
 
     def snapshot(self) -> tuple[np.ndarray, int]:
         """(a copy of the live log, sequences learnt), taken together under the lock: what a save writes."""
@@ -128,17 +127,10 @@ class History:
         """A History from a `.lkh` file of one History (every check of formats/history_state.py; a foreign
         vocabulary is refused); budget None: the file's; a smaller one keeps the file's newest tokens. A file
         of several tenants is refused: their texts are never mixed (serve.tenants reads it)."""
-        from ..formats import history_state
-
-        tenants, meta = history_state.read(path, expect_vocab=getattr(expect_vocab, "fingerprint", expect_vocab))
+        tenants, meta = read_state(path, getattr(expect_vocab, "fingerprint", expect_vocab))
         if len(tenants) > 1:
             raise InputError(f"{path} keeps {len(tenants)} tenants' histories apart; History.load reads a file of "
-                             f"one (lookupkit.serve.tenants.Tenants.load reads them all)")
-        try:
-            for each in (meta["budget"], *(t.budget for t in tenants)):
-                check_budget(each)
-        except InputError as exc:
-            raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
+                             f"one (lookupkit serve --state reads them all)")
         if not tenants:
             return cls(meta["budget"] if budget is None else budget, vocab=meta["vocab"])
         one = tenants[0]
@@ -161,3 +153,17 @@ class History:
 
     def __repr__(self) -> str:
         return f"History({self.n_tokens:,} of {self.budget:,} tokens, {self.learnt:,} sequences learnt)"
+
+
+def read_state(path, vocab=None) -> tuple[list, dict]:
+    """A state file's TenantLogs and header (formats.history_state.read: checksums, bounds, `vocab` if given),
+    every budget it records checked too."""
+    from ..formats import history_state
+
+    logs, head = history_state.read(path, expect_vocab=vocab)
+    try:
+        for budget in (head["budget"], head["tenant_budget"], *(t.budget for t in logs)):
+            check_budget(budget)
+    except InputError as exc:
+        raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
+    return logs, head

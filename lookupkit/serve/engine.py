@@ -60,11 +60,15 @@ class Busy(Exception):
 
 @dataclass
 class Delta:
-    """New tokens of a request, the text that may be sent for them, and that text token by token (pieces[i]
-    is what tokens[i] released: "" while a stop string or a UTF-8 character is still open)."""
+    """New tokens of a request and the text each released (pieces[i] is what tokens[i] released: "" while a
+    stop string or a UTF-8 character is still open)."""
     tokens: list
-    text: str
-    pieces: list = field(default_factory=list)
+    pieces: list
+
+    @property
+    def text(self) -> str:
+        """The text that may be sent for the tokens."""
+        return "".join(self.pieces)
 
 
 @dataclass
@@ -330,7 +334,7 @@ class Engine:
         self.metrics.tokens(len(taken))
         if slot.drafter is not None:
             slot.drafter.accept(taken)
-        self._deliver(job, Delta(taken, "".join(text), text))
+        self._deliver(job, Delta(taken, text))
         if done is not None:
             self._finish(slot, done)
 

@@ -75,5 +75,6 @@ def choose(idle: list, job) -> tuple[Slot, int]:
     """The idle slot for a job, and how many of its prompt's tokens that slot's cache saves."""
     if not job.cache_prompt:
         return min(idle, key=lambda s: s.idle_since), 0
-    slot = max(idle, key=lambda s: (s.reusable(job.prompt, job.tenant), -s.idle_since))
-    return slot, max(0, slot.reusable(job.prompt, job.tenant))
+    keep, _, slot = max(((s.reusable(job.prompt, job.tenant), -s.idle_since, s) for s in idle),
+                        key=lambda c: c[:2])
+    return slot, max(0, keep)

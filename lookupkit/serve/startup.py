@@ -108,9 +108,12 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
         timed("drafting kernels (after the model)", warmup.wait_kernels)
         metrics = Metrics()
 
-        def learnt() -> None:
+        def history_gauges() -> None:
             metrics.gauge("history_tokens", tenants.n_tokens)
             metrics.gauge("history_tenants", len(tenants))
+
+        def learnt() -> None:
+            history_gauges()
             if keeper is not None:
                 keeper.learnt()
 
@@ -121,8 +124,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
             "a Drafter each" if make_drafter else "no drafting")
         metrics.gauge("slots_total", parallel)
         if tenants is not None:
-            metrics.gauge("history_tokens", tenants.n_tokens)
-            metrics.gauge("history_tenants", len(tenants))
+            history_gauges()
         chat = timed("chat template", lambda: ChatTemplate(llm), lambda c: c.describe())
     except BaseException:
         llm.close()

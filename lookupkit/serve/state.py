@@ -35,6 +35,8 @@ def open_tenants(state, budget: int | None, tenant_budget: int | None, vocab, sc
 
             check_writable(state)
         return Tenants(HISTORY_BUDGET if budget is None else budget, tenant_budget, vocab, scope)
+    from ..draft.history import read_state
+
     try:
         logs, head = read_state(state, vocab)
         budget = head["budget"] if budget is None else budget
@@ -44,20 +46,6 @@ def open_tenants(state, budget: int | None, tenant_budget: int | None, vocab, sc
     except (FormatError, VocabMismatchError) as exc:
         raise InputError(f"{str(exc).rstrip('.')}; start afresh with {RESET_FLAG} (the file is replaced at the "
                          f"next save) or delete it") from None
-
-
-def read_state(path, vocab=None) -> tuple[list, dict]:
-    """A state file's TenantLogs and header (formats.history_state.read), its budgets checked too."""
-    from ..draft.history import check_budget
-    from ..formats import history_state
-
-    logs, head = history_state.read(path, expect_vocab=vocab)
-    try:
-        for budget in (head["budget"], head["tenant_budget"], *(t.budget for t in logs)):
-            check_budget(budget)
-    except InputError as exc:
-        raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
-    return logs, head
 
 
 def _shared(logs: list) -> bool:
@@ -114,6 +102,7 @@ def merge_states(paths: list, out, budget: int | None = None, tenant_budget: int
     tenant, its newest sequences of every input first (serve.tenants.newest_first) within the tenant budget,
     the most recently used tenants kept within the budget. Inputs must share a vocabulary and a scope; a budget
     None is the largest of the inputs'. Returns what was written, for the command's line."""
+    from ..draft.history import read_state
     from ..files import check_writable
     from .tenants import Tenants
 
