@@ -14,7 +14,7 @@ import typer
 from lookupkit.files import check_writable
 from lookupkit.integrations.compare import BUSY_CORES
 from lookupkit.verify_cost import save_curve
-from lookupkit.rules import MAX_DRAFT
+from lookupkit.rules import MAX_DRAFT, PARALLEL_MAX
 from lookupkit.cli.common import guarded, print_json
 
 
@@ -23,6 +23,7 @@ EXAMPLES = """Examples:
 \b
   lookupkit calibrate -m gemma-3-270m -o gemma.curve.json
   lookupkit calibrate -m model.gguf --max-k 64 --threads 2 -o curve.json
+  lookupkit calibrate -m gemma-3-270m --slots 4 -o gemma.curve.json   # for serve --parallel 4
   lookup-stats -f eval.txt -lcs wiki.lkc --verify-cost curve.json   # the curve in use
 
 Needs llama-cpp-python (pip install 'lookupkit[llama]').
@@ -35,7 +36,9 @@ def calibrate(
                               "name `lookupkit model --list` knows (e.g. gemma-3-270m)."),
     out: Optional[Path] = typer.Option(None, "-o", "--output", metavar="CURVE.json", help="Write the curve as JSON."),
     reps: int = typer.Option(20, "--reps", min=1, max=100000, help="Repetitions per batch size (medians are kept)."),
-    max_k: int = typer.Option(16, "--max-k", min=1, max=MAX_DRAFT, help="Largest number of drafted tokens measured."),
+    max_k: int = typer.Option(64, "--max-k", min=1, max=MAX_DRAFT, help="Largest number of drafted tokens measured."),
+    slots: int = typer.Option(1, "--slots", min=1, max=PARALLEL_MAX, help="Also measure a server's shared step for "
+                              "2..N slots (serve --parallel N): its cost by rows, which serve prices each slot's draft by."),
     position: int = typer.Option(512, "--position", min=1, help="Context position of the measured batches (tokens "
                                  "already in the KV cache)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Threads for single tokens and batches "
@@ -49,7 +52,7 @@ def calibrate(
     model = models.resolve(model)
     if out is not None:
         check_writable(out)  # before minutes of measuring, not after
-    result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads)
+    result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads, slots=slots)
     if out is not None:
         save_curve(result, out)
     if as_json:
@@ -65,6 +68,9 @@ def calibrate(
             typer.echo(f"{k:4d}  {c:6.3f}                   {lo:.3f}-{hi:.3f}")
     for line in falls(result["curve"], spread):
         typer.echo(line)
+    for n, points in result.get("batch", {}).items():
+        if n > 1:
+            typer.echo(f"{n} slots, one step of R rows / 1 token: " + "  ".join(f"{r}: {c:.2f}" for r, c in points.items()))
     typer.echo(f"per drafted position: {result['per_position_cost']:.3f} (least-squares slope; the first drafted "
                f"token alone costs {result['curve'][1] - 1:.3f})")
     typer.echo(f"other processes used {result['others_cores']:.2f} cores meanwhile")

@@ -12,7 +12,7 @@ import typer
 from lookupkit.cli.common import guarded, print_json
 from lookupkit.cli.model_options import (DRAFT, LCD, LCS, MODEL, POLICY, POLICY_TABLE, VERIFY_COST, LearnMode,
                                          PolicyName)
-from lookupkit.rules import check_n_draft, DEFAULT_CTX
+from lookupkit.rules import check_n_draft, DEFAULT_CTX, PARALLEL_MAX
 
 
 EXAMPLES = """Examples:
@@ -41,13 +41,16 @@ def replay_requests_cmd(
                                               "else dynamic; history needs --policy lookupkit)."),
     history_budget: Optional[int] = typer.Option(None, "--history-budget", metavar="N", help="--learn history: "
                                                  "tokens kept (as the server's)."),
+    parallel: int = typer.Option(1, "--parallel", min=1, max=PARALLEL_MAX, metavar="N", help="Replay as N clients "
+                                 "send it: N requests in flight, each in its slot, the drafts of a step priced together "
+                                 "as the server prices them; predicts the aggregate decode speed-up (needs --verify-cost)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
 ) -> None:
     """Replay a request log with what a server learns carried across requests, beside learning nothing."""
     from lookupkit import models
     from lookupkit.errors import InputError
     from lookupkit.integrations.engines import drafter_factory
-    from lookupkit.replay.requests import read_log, replay_requests, summary
+    from lookupkit.replay.requests import read_log, replay_parallel, replay_requests, summary
     from lookupkit.tokenizer.vocab import fingerprint, load
     from lookupkit.verify_cost import VerifyCost
 
@@ -59,6 +62,9 @@ def replay_requests_cmd(
     vocab = load(path)
     requests = read_log(log, n_vocab=len(vocab.tokens))
     cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
+    if parallel > 1 and cost is None:
+        raise InputError("--parallel prices each step's drafts by what they cost together: give --verify-cost "
+                         "CURVE.json (lookupkit calibrate --slots N)")
     static = dynamic = None
     if lcs is not None:
         from lookupkit.static import StaticCache
@@ -78,13 +84,17 @@ def replay_requests_cmd(
             history = History(HISTORY_BUDGET if history_budget is None else history_budget, vocab=fingerprint(vocab))
         make, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=policy.value, policy_table=policy_table,
                                   verify_cost=cost, history=history)
-        traces = replay_requests(requests, make(), n_draft, mode, n_ctx=n_ctx)
-        results[mode] = {**summary(traces, cost), "per_request": [
+        if parallel > 1:
+            traces, steps = replay_parallel(requests, make, n_draft, mode, cost, parallel, n_ctx=n_ctx)
+        else:
+            traces, steps = replay_requests(requests, make(), n_draft, mode, n_ctx=n_ctx), None
+        results[mode] = {**summary(traces, cost), **({"aggregate": {
+            **steps, "predicted_speedup": steps["plain_cost"] / steps["cost"]}} if steps else {}), "per_request": [
             {"n_prompt": t.n_prompt, "n_response": t.n_response, "calls": len(t.drafted), "drafted": sum(t.drafted),
              "accepted": sum(t.accepted), **({"predicted_speedup": t.predicted_speedup(cost)} if cost else {})}
             for t in traces]}
     if as_json:
-        print_json({"log": str(log), "learn": learn.value, "n_draft": n_draft, "policy": policy.value,
+        print_json({"log": str(log), "learn": learn.value, "n_draft": n_draft, "policy": policy.value, "parallel": parallel,
                     "verify_cost": cost.describe() if cost else None, "results": results})
         return
     typer.echo(f"{log}: {len(requests)} requests, {results['off']['tokens']:,} response tokens after the first of each")
@@ -92,11 +102,15 @@ def replay_requests_cmd(
         rate = r["accepted"] / r["drafted"] if r["drafted"] else 0.0
         line = (f"  --learn {mode:<8} {r['calls']:,} verify steps, {r['accepted']:,} of {r['drafted']:,} drafted "
                 f"tokens accepted ({rate:.1%})")
-        if "predicted_speedup" in r:
+        if "aggregate" in r:
+            line += (f"; {parallel} clients: predicted aggregate decode speed-up {r['aggregate']['predicted_speedup']:.2f}x "
+                     f"({r['aggregate']['steps']:,} steps against {r['aggregate']['plain_steps']:,} plain)")
+        elif "predicted_speedup" in r:
             line += f"; predicted decode speed-up {r['predicted_speedup']:.2f}x"
         typer.echo(line)
-    if learn.value != "off" and cost is not None and "predicted_speedup" in results["off"]:
-        gain = results[learn.value]["predicted_speedup"] / results["off"]["predicted_speedup"]
+    speed = lambda r: r["aggregate"]["predicted_speedup"] if "aggregate" in r else r.get("predicted_speedup")  # noqa: E731
+    if learn.value != "off" and cost is not None and speed(results["off"]):
+        gain = speed(results[learn.value]) / speed(results["off"])
         typer.echo(f"learning ({learn.value}) predicts {gain:.2f}x the speed of learning nothing on this traffic")
     elif cost is None:
         typer.echo("(add --verify-cost CURVE.json from `lookupkit calibrate` for the predicted speed-up)")

@@ -46,9 +46,16 @@ POLICY_DRAFT = SOURCE_DEFAULTS["policy"]["n_draft"]
 # The engine adapters' and `lookupkit generate`'s n_draft default: a verify batch of 1 + 8 per call (Gemma 3
 # 270M here: 1 + 7 tokens cost 2.45x one, bench/results/calibration-gemma-3-270m-2026-12-01-t2.curve.json).
 ENGINE_DRAFT = 8
-# The largest --draft and --ctx-size.
+# How long a draft may grow on short evidence, and the match that lets it grow beyond (policy.chain): past
+# SHORT_DRAFT tokens a chain goes on only with a token that follows a match of at least LONG_MATCH tokens (in the
+# sequence, the history or the static corpus: text being copied), as far as its curve says it pays.
+SHORT_DRAFT = 16
+LONG_MATCH = 32
+# The largest --draft and --ctx-size, and the most slots (serve --parallel, calibrate --slots; llama.cpp's own limit
+# is llama_max_parallel_sequences(), 256).
 MAX_DRAFT = 1024
 MAX_CTX = 2**31 - 1
+PARALLEL_MAX = 64
 # --ctx-size's default everywhere (lookup-stats' chunk, tune-policy, generate, serve, replay-requests): llama.cpp's
 # lookup examples replay in chunks of n_ctx 4096, and Gemma 3 270M's engine loops were measured at it.
 DEFAULT_CTX = 4096

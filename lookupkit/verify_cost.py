@@ -5,6 +5,11 @@ A call that drafts k tokens verifies 1 + k positions in one batch. In plain deco
 calibrate` measured it on a model (`--verify-cost curve.json`). Plain decoding costs one step per
 token; a call yields accepted + 1 tokens, so the expected speed-up is S = sum(accepted + 1) / sum(cost).
 Drafting's own time is left out: microseconds per call against the milliseconds of a model evaluation.
+
+A server decodes every busy slot's row and drafts in one step, so a slot's draft is priced by what it adds to
+that shared step: `step(n_seqs, rows)` is the cost of one decode of `rows` rows over `n_seqs` sequences
+(`lookupkit calibrate --slots N` measures it; without that, a curve's 1 + k rows stand in for any rows), and
+`batch_prices` turns it into the cost row a slot's policy maximises its yield against.
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ class VerifyCost:
     """A constant cost per drafted position, or a measured curve {k: cost of 1 + k / cost of 1}."""
 
     def __init__(self, constant: float | None = None, curve: dict | None = None, source: str | None = None,
-                 others_cores: float | None = None):
+                 others_cores: float | None = None, batch: dict | None = None):
         if (constant is None) == (curve is None):
             raise InputError("a verify cost is either a constant or a calibration curve")
         if constant is not None and not (isinstance(constant, (int, float)) and 0 <= constant < math.inf):
             raise InputError(f"--verify-cost must be a finite number >= 0 or a calibration JSON file, got {constant!r}")
         self.constant, self.curve, self.source = constant, curve, source
         self.others_cores = others_cores  # cores other processes used while a curve was measured (if recorded)
+        # {n_seqs: (rows, costs)}: a step of `rows` rows over n_seqs sequences, relative to one token (calibrate --slots)
+        self.batch = {int(n): (np.asarray(r, np.float64), np.asarray(c, np.float64)) for n, (r, c) in (batch or {}).items()}
 
     @classmethod
     def parse(cls, text: str) -> "VerifyCost":
@@ -44,8 +51,9 @@ class VerifyCost:
         except ValueError:
             data = load_curve(text)
             busy = data.get("others_cores")
+            batch = {n: (sorted(pts), [pts[r] for r in sorted(pts)]) for n, pts in data.get("batch", {}).items()}
             return cls(curve=data["curve"], source=str(text),
-                       others_cores=float(busy) if isinstance(busy, (int, float)) else None)
+                       others_cores=float(busy) if isinstance(busy, (int, float)) else None, batch=batch)
 
     def call_costs(self, n_drafted: np.ndarray) -> np.ndarray:
         d = np.asarray(n_drafted, dtype=np.int64)
@@ -64,6 +72,24 @@ class VerifyCost:
             return 1.0 + self.constant * k
         return float(self.curve.get(k, math.inf))
 
+    def step(self, n_seqs: int, rows: int) -> float:
+        """The cost of one decode of `rows` rows over n_seqs sequences, relative to one token (inf where
+        nothing measured reaches): the --slots surface for n_seqs, interpolated between its measured rows;
+        else the curve's 1 + k = rows (a step's cost follows its rows far more than its sequences)."""
+        if n_seqs in self.batch:
+            r, c = self.batch[n_seqs]
+            return float(np.interp(rows, r, c)) if r[0] <= rows <= r[-1] else math.inf
+        return self.at(rows - 1)
+
+    def batch_prices(self, n_seqs: int, rows: int, n_draft: int) -> np.ndarray:
+        """cost[k], k = 0..n_draft: a step of `rows` rows (this slot's one included) with k more, relative to the
+        step without them; a policy that maximises (others' tokens + its own) / cost[k] maximises the step's
+        tokens per second (policy.chain)."""
+        base = self.step(n_seqs, rows)
+        if not base < math.inf:  # the step is already past what was measured: no draft is priced
+            return np.array([1.0] + [math.inf] * n_draft)
+        return np.array([self.step(n_seqs, rows + k) / base for k in range(n_draft + 1)], np.float64)
+
     @classmethod
     def of(cls, value) -> "VerifyCost":
         """A VerifyCost from itself, a number, or the text of `--verify-cost` (a number or a curve file)."""
@@ -77,6 +103,37 @@ class VerifyCost:
 
     def describe(self):
         return self.constant if self.constant is not None else f"curve {self.source}"
+
+
+class StepPricer:
+    """Prices the drafts of one step shared by n busy slots, slot after slot (serve.engine; replay-requests
+    --parallel replays it): each slot maximises the whole step's expected tokens per unit of its cost given the
+    rows and expected tokens of the slots before it, each later slot counted at its one row and one token. With one
+    busy slot a draft is priced by the curve alone."""
+
+    KEPT = 4096  # price rows kept (by slots busy, rows so far, draft ceiling): a server's steps repeat a few
+
+    def __init__(self, cost: VerifyCost):
+        self.cost, self._rows_memo = cost, {}
+        self.start(1)
+
+    def start(self, n_live: int) -> None:
+        """A new step of n_live slots, none drafted yet."""
+        self.n_live, self.rows, self.others = n_live, n_live, n_live - 1.0
+
+    def price(self, k: int) -> tuple:
+        """Drafter.draft's price for the next slot's draft of at most k tokens."""
+        key = (self.n_live, self.rows, k)
+        if key not in self._rows_memo:
+            if len(self._rows_memo) >= self.KEPT:
+                self._rows_memo.clear()
+            self._rows_memo[key] = self.cost.batch_prices(self.n_live, self.rows, k)
+        return self._rows_memo[key], self.others
+
+    def drafted(self, k: int, expected: float) -> None:
+        """That slot drafted k tokens, expected to yield `expected` tokens (Drafter.expected)."""
+        if k:
+            self.rows, self.others = self.rows + k, self.others + expected - 1.0
 
 
 def speedup(n_drafted, n_accepted, cost: VerifyCost | float) -> float | None:
@@ -124,4 +181,12 @@ def load_curve(path: str | os.PathLike) -> dict:
     if data["curve"].get(0) != 1.0 or any(not 0 < v < math.inf for v in data["curve"].values()):
         raise FormatError(f"{path}: a curve starts at k = 0 with cost 1 and holds positive costs; {remedy}")
     data["raw_s"] = {int(k): v for k, v in data.get("raw_s", {}).items()}
+    try:
+        data["batch"] = {int(n): {int(r): float(c) for r, c in pts.items()} for n, pts in data.get("batch", {}).items()}
+    except (AttributeError, TypeError, ValueError):
+        raise FormatError(f"{path}: its batch surface is not {{slots: {{rows: cost}}}} numbers; {remedy}") from None
+    if any(n < 1 or len(pts) < 2 or any(r < n or not 0 < c < math.inf for r, c in pts.items())
+           for n, pts in data["batch"].items()):
+        raise FormatError(f"{path}: a batch surface holds, per slot count n >= 1, two or more rows >= n with positive "
+                          f"costs; {remedy}")
     return data

@@ -106,16 +106,39 @@ def _verdict(results, fragment):
 
 def test_the_report_judges_each_target_from_the_numbers():
     good, worse = _results((96, 96)), _results((90, 94), lk_plain=(55, 55))
-    assert _verdict(good, ">= 1.2x ngram-mod") is True  # 96 / 80 = 1.2
-    assert _verdict(worse, ">= 1.2x ngram-mod") is False  # 1.15x
+    assert _verdict(good, "(lk:policy) >= 1.2x ngram-mod") is True  # 96 / 80 = 1.2
+    assert _verdict(worse, "(lk:policy) >= 1.2x ngram-mod") is False  # 1.15x
     assert _verdict(good, "not below llama-server none") is True
     assert _verdict(_results((50, 50), lk_plain=(58, 58)), "not below llama-server none") is False
     assert _verdict(good, "lk:plain within 5 %") is True and _verdict(worse, "lk:plain within 5 %") is False
-    assert _verdict(good, "4 clients") is False  # 0.99x
+    assert _verdict(good, "4 clients: lk:policy >= 1.2x ngram-mod") is False  # 0.99x
+    good["concurrency"]["prose"] += [{"row": "lk:plain", "clients": 4, "tok_per_s": 100.0},
+                                     {"row": "server:none", "clients": 4, "tok_per_s": 104.0}]
+    assert _verdict(good, "4 clients: lk:policy not below lk:plain") is False  # 0.99x
+    assert _verdict(good, "4 clients: lk:plain within 5 %") is True  # 0.96x
     assert _verdict(good, "start-up with the 541 MB cache") is False  # +1.5 s
     assert _verdict(good, "one copy") is True  # 1.1x
     text = report.markdown(good)
     assert "| lk:policy | 96.0 | 1.60 | 1.20 |" in text and "NOT met" in text
+
+
+def test_each_row_is_set_beside_its_limits(tmp_path):
+    """Hand-worked: 100 tokens a request, 10 drafted and 5 accepted: had all 10 been accepted, the same calls would
+    have made (100 - 5 + 10) / 100 = 1.05x. The curve's best exact continuation: 1 + k tokens for cost[k],
+    (1 + 2) / 1.2 = 2.5x at k = 2 (k = 3: 4 / 2.0); for 2 slots, its surface: 2 (1 + 1) tokens for 3.0 / 2.0."""
+    from lookupkit.bench.serve.bounds import exact_bound
+    from lookupkit.verify_cost import VerifyCost, save_curve
+
+    cost = VerifyCost(curve={0: 1.0, 1: 1.5, 2: 1.2, 3: 2.0}, batch={2: ([2, 4, 6], [2.0, 3.0, 5.0])})
+    assert exact_bound(cost) == (pytest.approx(2.5), 2)
+    assert exact_bound(cost, 2) == (pytest.approx(4 / 3), 1) and exact_bound(None) is None
+    res = _results((96, 96))
+    res["args"]["curve"] = str(save_curve({"curve": {0: 1.0, 1: 1.5, 2: 1.2, 3: 2.0}}, tmp_path / "c.json"))
+    res["tasks"]["copy"] = {"runs": [{**r, "task": "copy"} for r in res["tasks"]["prose"]["runs"]],
+                            "ready": res["tasks"]["prose"]["ready"]}
+    text = report.markdown(res)
+    assert "| lk:policy | 96.0 | 1.60 | 1.20 |" in text and "| 100.8 | 150.0 (64%) |" in text  # 60 x 2.5
+    assert _verdict(res, "copy: lk:policy >= 0.9x the exact-continuation bound") is False
 
 
 def test_the_report_judges_each_source_against_the_context_alone():

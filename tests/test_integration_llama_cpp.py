@@ -288,8 +288,9 @@ def test_calibrate_command_prints_the_curve_and_writes_json(tiny_gguf, tmp_path)
     app.command("noop")(lambda: None)  # a second command keeps `calibrate` a named sub-command
     out = tmp_path / "curve.json"
     r = CliRunner().invoke(app, ["calibrate", "-m", str(tiny_gguf), "-o", str(out), "--reps", "2", "--max-k", "3",
-                                 "--position", "32", "--threads", "1"])
+                                 "--position", "32", "--threads", "1", "--slots", "2"])
     assert r.exit_code == 0, r.output
+    assert re.search(r"^2 slots, one step of R rows / 1 token: 2: \d+\.\d\d  3: ", r.output, re.M), r.output
     assert "per drafted position" in r.output and f"wrote {out}" in r.output and "repeat spread" in r.output
     assert "the first drafted token alone costs" in r.output and "cores meanwhile" in r.output
     assert re.search(r"^   1  +\d+\.\d{3} +\d+\.\d{3}-\d+\.\d{3}$", r.output, re.M), r.output
@@ -324,3 +325,21 @@ def test_calibrate_names_the_points_where_the_curve_falls_real_or_noise():
     assert lines[0].startswith("note: k = 2 costs less than k = 1 (1.400 vs 1.500), within their repeat spread: noise")
     assert lines[1].startswith("note: k = 4 costs less than k = 3 (1.200 vs 2.000), beyond their repeat spread")
     assert falls({0: 1.0, 1: 1.2, 2: 1.3}, {0: (1, 1), 1: (1.2, 1.2), 2: (1.3, 1.3)}) == []
+
+
+def test_calibrate_measures_a_servers_shared_step_for_each_slot_count(tiny_gguf, tmp_path):
+    """--slots 3: beside the curve, one decode of R rows over n = 2 and 3 sequences for R = n .. n + max_k on the
+    grid, relative to one token; the surface round-trips and prices a step (VerifyCost.step)."""
+    from lookupkit.integrations.calibrate import split_rows
+    from lookupkit.verify_cost import save_curve
+
+    assert split_rows(7, 3) == [3, 2, 2] and split_rows(2, 2) == [1, 1]
+    result = calibrate(tiny_gguf, reps=2, max_k=4, position=32, threads=1, slots=3)
+    assert sorted(result["batch"]) == [1, 2, 3] and result["slots"] == 3
+    assert sorted(result["batch"][2]) == [2, 3, 4, 5, 6] and sorted(result["batch"][3]) == [3, 4, 5, 6, 7]
+    assert result["batch"][1] == {k + 1: c for k, c in result["curve"].items()}
+    assert all(0 < c < 1e3 for pts in result["batch"].values() for c in pts.values())
+    cost = VerifyCost.parse(str(save_curve(result, tmp_path / "c.json")))
+    assert cost.step(3, 5) == pytest.approx(result["batch"][3][5]) and cost.step(3, 8) == float("inf")
+    with pytest.raises(InputError, match="slots must be"):
+        calibrate(tiny_gguf, reps=1, max_k=2, slots=0)

@@ -118,8 +118,9 @@ def random_tables(rng) -> tuple[np.ndarray, np.ndarray]:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), cost=st.sampled_from([0.0, 0.05, 0.25, 1.0, "curve"]), n_draft=st.integers(1, 8))
-def test_compiled_policy_drafts_as_its_reference(seed, cost, n_draft):
+@given(seed=st.integers(0, 10_000), cost=st.sampled_from([0.0, 0.05, 0.25, 1.0, "curve"]), n_draft=st.integers(1, 8),
+       others=st.sampled_from([0.0, 0.0, 1.0, 3.5]))
+def test_compiled_policy_drafts_as_its_reference(seed, cost, n_draft, others):
     rng = np.random.default_rng(seed)
     corpus = [phrase_stream(seed), phrase_stream(seed + 3, n=800)]
     cache, high = with_orders(corpus, orders=(3, 4, 6), min_total=1, min_share=0.0)
@@ -141,12 +142,15 @@ def test_compiled_policy_drafts_as_its_reference(seed, cost, n_draft):
         record = []
         want = draft_policy_reference(seq[:i].tolist(), n_draft, ctx, dyn, cache, high, tables,
                                       [cost_of(k) for k in range(n_draft + 1)],
-                                      factors=(evidence[:, 1] + prior) / (evidence[:, 0] + prior), record=record)
-        assert drafter.draft(seq[:i], n_draft) == want, i
+                                      factors=(evidence[:, 1] + prior) / (evidence[:, 0] + prior), record=record,
+                                      others=others)
+        price = (np.array([cost_of(k) for k in range(n_draft + 1)]), others) if others else None
+        assert drafter.draft(seq[:i], n_draft, price) == want, i
         np.testing.assert_allclose(drafter._pol.trust.evidence, evidence, rtol=1e-12)
         drafted += len(want)
-    assert drafted > 0 or cost == 1.0  # the comparison is not between two empty drafts
-    assert evidence[0, 0] > 0 or cost == 1.0  # and the trust learnt something (C = 1: no candidate is looked up)
+    dear = cost == 1.0 or (others and cost != 0.0)  # nothing pays (beside others, only free rows surely do)
+    assert drafted > 0 or dear  # the comparison is not between two empty drafts
+    assert evidence[0, 0] > 0 or dear  # and the trust learnt something (nothing pays: no candidate is looked up)
 
 
 def test_replay_with_the_policy_never_drafts_what_cannot_pay(tmp_path):
@@ -291,3 +295,26 @@ def test_a_registered_model_finds_the_table_learnt_on_its_generations():
     table, agree = confidence.load(path)
     assert table.shape == (N_SOURCES, SHARE_BINS, TOTAL_BINS) and agree.shape == (P_BINS, AGREE_MAX + 1)
     assert confidence.for_model("someone-elses.gguf") is None
+
+
+@pytest.mark.parametrize("real_match,want_len", [(8, 16), (20, 48)])
+def test_a_draft_grows_past_16_only_on_a_long_match(real_match, want_len):
+    """Verification is free and every source is right 90 % of the time, so any chain pays: the draft is as long
+    as the evidence allows. A block of 80 tokens, 30 others, then the block's first `real_match` tokens again: the
+    chain follows the block. With 8 real tokens matched, at 16 drafted the match is 24 < LONG_MATCH (32): the draft
+    stops at SHORT_DRAFT. With 20, the match reaches 32 by the 12th drafted token and the draft runs to --draft 48
+    (the rest of the block, then what followed it). The compiled policy drafts as its reference in both."""
+    from lookupkit.rules import LONG_MATCH, SHORT_DRAFT
+
+    assert (SHORT_DRAFT, LONG_MATCH) == (16, 32)
+    rng = np.random.default_rng(3)
+    block, other = rng.integers(100, 5000, 80).tolist(), rng.integers(5000, 9000, 30).tolist()
+    seq = block + other + block[:real_match]
+    tables = (np.full((N_SOURCES, SHARE_BINS, TOTAL_BINS), 0.9), np.full((P_BINS, AGREE_MAX + 1), 0.9))
+    drafter = Drafter(policy="lookupkit")
+    drafter._pol = make_policy(tables, lambda k: 1.0, 1024, None, trust=(0.0, 8.0))
+    got = drafter.draft(seq, 48)
+    ctx = NgramCache()
+    ctx.update(seq)
+    assert got == draft_policy_reference(seq, 48, ctx, None, None, {}, tables, [1.0] * 49)
+    assert len(got) == want_len and got == (block + other)[real_match:real_match + want_len]

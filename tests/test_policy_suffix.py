@@ -124,7 +124,7 @@ def suffix_leads(s: list[int], ctx, dyn, cache, high, table, index, max_len: int
         return False
     table = history_rows(table)
     cands = {**candidates(s, ctx, dyn, cache, high, len(s)), **suffix_candidate(run, [])}
-    prob = {row: min(1.0, table[row, sb, tb]) for row, (tok, sb, tb) in cands.items()}
+    prob = {row: min(1.0, table[row, c[1], c[2]]) for row, c in cands.items()}
     lead = max(prob, key=prob.get) if prob else -1
     return lead >= SRC_SUFFIX and all(p < prob[lead] for row, p in prob.items() if row != lead)
 

@@ -78,6 +78,12 @@ def test_the_command_compares_learning_with_learning_nothing(tiny_gguf, prompts,
     assert res["history"]["predicted_speedup"] > res["off"]["predicted_speedup"]
     text = cli(log, "-m", tiny_gguf, "--policy", "lookupkit", "--verify-cost", "0.1")
     assert "--learn history" in text.stdout and "the speed of learning nothing" in text.stdout
+    two = cli(log, "-m", tiny_gguf, "--policy", "lookupkit", "--verify-cost", "0.1", "--parallel", "2", "--json")
+    agg = json.loads(two.stdout)["results"]["off"]["aggregate"]
+    assert agg["plain_steps"] < sum(len(r) for r in map(json.loads, log.read_text().splitlines()) for r in [r["response"]])
+    assert agg["predicted_speedup"] == pytest.approx(agg["plain_cost"] / agg["cost"])
+    unpriced = cli(log, "-m", tiny_gguf, "--parallel", "2")
+    assert unpriced.exit_code == EXIT_ERROR and "--verify-cost" in unpriced.output
     bad = cli(log, "-m", tiny_gguf, "--learn", "history")
     assert bad.exit_code == EXIT_ERROR and "--policy lookupkit" in bad.output and "Traceback" not in bad.output
 
@@ -108,3 +114,41 @@ def test_summary_prices_the_steps_with_the_curve():
     assert t.predicted_speedup(cost) == pytest.approx(8 / (2 + 1 + 2))
     s = summary([t], cost)
     assert (s["calls"], s["drafted"], s["accepted"], s["tokens"]) == (3, 8, 6, 8)
+
+
+def test_a_plain_schedule_of_several_clients_is_counted_by_hand():
+    """Responses of 3, 1 and 2 tokens after their first, 2 at a time, a step of n rows costing 1 + 0.5 (n - 1):
+    [3, 1] then [2, 2 (the third joins as the second ends)] then [1, 1]: 3 steps of 2 rows, 4.5."""
+    from lookupkit.replay.requests import plain_schedule
+    from lookupkit.verify_cost import VerifyCost
+
+    assert plain_schedule([3, 1, 2], 2, VerifyCost(constant=0.5)) == (pytest.approx(4.5), 3)
+    assert plain_schedule([3, 1, 2], 1, VerifyCost(constant=0.5)) == (pytest.approx(6.0), 6)
+    assert plain_schedule([0, 2], 4, VerifyCost(constant=0.5)) == (pytest.approx(2.0), 2)
+
+
+def test_the_parallel_replay_of_one_client_is_the_replay_and_of_four_prices_each_step(tiny_gguf, prompts):
+    """One client: the same drafts as the one-slot replay (a step of one slot is priced by the curve alone). Four:
+    every request is replayed once, in the log's order, and with extra rows priced far above what they could
+    yield beside other slots (and nearly free for one), drafts are made only once the others have ended."""
+    from lookupkit.replay.requests import replay_parallel
+    from lookupkit.verify_cost import VerifyCost
+
+    llm = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, verbose=False)
+    from lookupkit.integrations.llama_generate import generate
+
+    reqs = [(p, generate(llm, p, N_NEW, stop_at_eos=False).tokens) for p in prompts]
+    llm.close()
+    cheap = VerifyCost(constant=0.05)
+    make, _ = drafter_factory(tiny_gguf, policy="lookupkit", verify_cost=cheap)
+    one = replay_requests(reqs, make(), N_DRAFT, "off", n_ctx=1024)
+    alone, steps = replay_parallel(reqs, make, N_DRAFT, "off", cheap, 1, n_ctx=1024)
+    assert [(t.drafted, t.accepted) for t in alone] == [(t.drafted, t.accepted) for t in one]
+    assert sum(map(sum, (t.accepted for t in one))) > 0 and steps["plain_cost"] > steps["cost"]
+    dear = VerifyCost(curve={0: 1.0, 1: 1.05, 2: 1.1}, batch={n: ([n, n + 1, n + 64], [n, 1000.0, 2000.0])
+                                                             for n in range(2, 5)})
+    four, steps = replay_parallel(reqs, make, 2, "off", dear, 4, n_ctx=1024)
+    assert [t.n_response for t in four] == [len(r) for _, r in reqs]
+    assert sum(map(sum, (t.drafted for t in four))) < sum(map(sum, (t.drafted for t in one)))
+    with pytest.raises(InputError, match="--parallel"):
+        replay_parallel(reqs, make, 2, "off", dear, 0)

@@ -192,8 +192,8 @@ def test_drafts_outside_the_vocabulary_never_reach_llama_decode(tiny_gguf, ref):
     from lookupkit import Drafter
 
     class Damaged(Drafter):
-        def draft(self, tokens=None, n_draft=8):
-            good = super().draft(tokens, n_draft)
+        def draft(self, tokens=None, n_draft=8, price=None):
+            good = super().draft(tokens, n_draft, price)
             return (good[:2] + [2**31 - 1, -5, 3])[:n_draft]
 
     served = open_server(tiny_gguf, n_draft=8, n_ctx=1024, threads=1)

@@ -147,7 +147,7 @@ def test_the_engine_samples_the_tiny_models_distribution(tmp_path_factory):
     class Likeliest(Drafter):
         """Drafts the likeliest next tokens of the generated part (a deterministic draft)."""
 
-        def draft(self, tokens=None, n_draft=8):
+        def draft(self, tokens=None, n_draft=8, price=None):
             out = tuple(self.sequence[len(prompt):].tolist())
             draft = []
             while len(out) + len(draft) < n and out + tuple(draft) in dist:

@@ -119,11 +119,15 @@ class Drafter:
         self._n = n
         self._ctx.update(self._seq[:n], nnew=len(new))
 
-    def draft(self, tokens=None, n_draft: int = DEFAULT_DRAFT) -> list[int]:
+    def draft(self, tokens=None, n_draft: int = DEFAULT_DRAFT, price=None) -> list[int]:
         """Up to n_draft tokens likely to follow `tokens` (the whole sequence so far; None = as accepted).
 
         If `tokens` extends the sequence seen so far, only the new tokens are counted; if it does not,
         the context cache starts over from `tokens` (the old sequence is dropped, not learnt).
+        price (policy="lookupkit"): (cost, others) for a step shared with other sequences: cost[k] what the step
+        costs with k drafted tokens more, relative to none (verify_cost.VerifyCost.batch_prices), others the tokens
+        the step's other rows are expected to yield; the draft then maximises the step's tokens per cost, and
+        `expected` is what this one is expected to yield.
         """
         n_draft = check_n_draft(n_draft)
         if tokens is not None:
@@ -133,18 +137,30 @@ class Drafter:
             out, codes = draft_tokens(self._seq[:self._n], int(n_draft), self._ctx.c, self._dyn.c, self._st, self._memo)
         else:
             drafted, sources = self._buf
+            pol = self._pol
+            pol.step[0] = 0.0
+            if price is not None:
+                cost, others = price
+                pol = pol._replace(cost=np.asarray(cost, np.float64))
+                pol.step[0] = others
             if self.history is None:
                 k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo,
-                                 self._pol, drafted, sources, 0)
+                                 pol, drafted, sources, 0)
             else:
                 with self.history.lock:  # its log and index change only under the lock
                     k = policy_draft(self._seq, self._n, n_draft, self._ctx.c, self._dyn.c, self._st, self._memo,
-                                     self._pol, drafted, sources, 0)
+                                     pol, drafted, sources, 0)
             out, codes = drafted[:k].copy(), sources[:k]
             self._drafted_at = self._n
         self._memo = grow_memo(self._memo)
         self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
         return out.tolist()
+
+    @property
+    def expected(self) -> float:
+        """The tokens the last policy draft is expected to yield (its accepted drafts and the next one), by the
+        table's probabilities; 1.0 without the policy."""
+        return float(self._pol.step[1]) if self._pol is not None else 1.0
 
     def reset(self, tokens=None, learn: bool = True) -> None:
         """End the sequence: learn it (unless learn=False) into the history if there is one, else merge its

@@ -18,7 +18,9 @@ where P_j is the probability that tokens 1..j are all accepted (the product of t
 estimated given the ones before were right, as the sequence then equals the truth) and cost[k] the cost
 of verifying 1 + k tokens (1 + C k, or a curve measured by `lookupkit calibrate`). The chain stops as soon
 as no longer prefix could beat the best one even if every further token were as likely as the chain so
-far. Choosing over the whole chain rather than stopping at the first token that does not pay matters for
+far, and past rules.SHORT_DRAFT tokens it goes on only with tokens that follow a match of rules.LONG_MATCH tokens or
+more, its drafted tokens included (text being copied: a long earlier run in the sequence, the history or the static
+corpus); short evidence drafts stay short, whatever a long curve would allow. Choosing over the whole chain rather than stopping at the first token that does not pay matters for
 measured curves, which are not convex: on Gemma 3 270M (2 threads, issue 13's calibration) verifying 1 + 4
 tokens cost 2.21x one token after 1.51x for 1 + 3, and 1 + 7 cost 2.34x against 2.61x for 1 + 6, so a rule
 that stops at the first dearer step never reaches the cheap long batches that long copies need. A call that drafts
@@ -40,8 +42,8 @@ from ..counts.high_orders import hash_final, hash_start, hash_step
 from ..formats.lkc_orders import SHARE_ONE, TOTAL_MAX, VALUE_TOKEN_SHIFT, VALUE_TOTAL_SHIFT
 from ..formats.constmap import NOT_FOUND
 from ..formats.constmap_probe import lookup_in
-from ..rules import (HISTORY, HISTORY_MIN_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, STATIC, SUFFIX, TRUST_PRIOR,
-                     TRUST_WINDOW)
+from ..rules import (HISTORY, HISTORY_MIN_MATCH, LONG_MATCH, LONGEST_MATCH, MAX_STATIC_ORDER, NGRAM_MAX, SHORT_DRAFT,
+                     STATIC, SUFFIX, TRUST_PRIOR, TRUST_WINDOW)
 from ..static.high_orders import High, no_high
 from ..static.source import head_part, static_top
 from .suffix_source import fresh, length_bin, min_match_of, no_suffix, suffix_arrays, suffix_candidate
@@ -72,18 +74,20 @@ POLICIES = ("llama.cpp", "lookupkit")
 P_BINS = 40  # the best candidate's table probability, in bins of 2.5 %
 AGREE_MAX = 8  # the best other source proposing the same token: 0 = none, else 1 + its probability in 8 bins
 
-Policy = namedtuple("Policy", "on table agree cost high cand index suffix history trust")
+Policy = namedtuple("Policy", "on table agree cost high cand index suffix history trust step")
 Policy.__doc__ = """What a compiled loop needs to draft with the policy: on (1, or 0 for llama.cpp's rule);
 table (N_CANDIDATES, SHARE_BINS, TOTAL_BINS) float64 P(accepted) per evidence bin; agree (P_BINS, AGREE_MAX
 + 1) float64: P(accepted) of the most probable candidate by its table bin and by the table probability
 of the best other source proposing the same token (bin 0: none does); cost float64,
 cost[k] = cost of verifying 1 + k tokens relative to 1 (k = 0..n_draft, inf past a measured curve);
-high: the static cache's higher orders; cand: (N_CANDIDATES, 3) int64 scratch; index: the sequence's
+high: the static cache's higher orders; cand: (N_CANDIDATES, 4) int64 scratch (candidates()); index: the sequence's
 counts.match_index (state, like the context cache: the owner keeps it in step and grows it); suffix: the
 static cache's suffix index (policy.suffix_source.Suffix; its state is reset by the owner when a sequence
 starts over); history: a History's arrays (counts.history_index.Hist; read under the History's lock); trust:
 the online correction of each family's table probabilities (policy.trust.Trust: state, like the index; the
-owner calls learn(pol, ...) once the truth after a call is known)."""
+owner calls learn(pol, ...) once the truth after a call is known); step float64 (2,): in, step[0] the tokens the
+other slots of a shared step are expected to yield (0 for one sequence: cost is then this call's alone); out,
+step[1] the tokens the call is expected to yield, its accepted drafts and the one sampled after them."""
 
 
 def check_policy(name: str) -> str:
@@ -102,8 +106,8 @@ def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=
     cost = np.array([cost_of(k) for k in range(n_draft + 1)], np.float64)
     table, agree = tables
     pol = Policy(np.int64(1), history_rows(table), np.ascontiguousarray(agree, np.float64), cost, no_high(),
-                 np.zeros((N_CANDIDATES, 3), np.int64), new_index(), no_suffix(),
-                 history if history is not None else no_history(), tr.new_trust(n_draft, *trust))
+                 np.zeros((N_CANDIDATES, 4), np.int64), new_index(), no_suffix(),
+                 history if history is not None else no_history(), tr.new_trust(n_draft, *trust), np.zeros(2))
     return with_static(pol, high, suffix)
 
 
@@ -136,7 +140,7 @@ def suffix_on(table) -> bool:
 
 def own_state(pol: Policy, index) -> Policy:
     """pol with a fresh match index, suffix state and trust of its own (each replay starts from nothing)."""
-    return pol._replace(index=index, suffix=fresh(pol.suffix), trust=tr.fresh(pol.trust))
+    return pol._replace(index=index, suffix=fresh(pol.suffix), trust=tr.fresh(pol.trust), step=np.zeros(2))
 
 
 @kernel
@@ -149,8 +153,8 @@ def learn(pol, truth, base, n_known, chain, c0):
 def llama_rule() -> Policy:
     """The stand-in that makes the compiled loops draft with llama.cpp's rule instead."""
     return Policy(np.int64(0), np.zeros((N_CANDIDATES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
-                  np.ones(1), no_high(), np.zeros((N_CANDIDATES, 3), np.int64), new_index(1), no_suffix(), no_history(),
-                  tr.new_trust(0, 0.0, 0.0))
+                  np.ones(1), no_high(), np.zeros((N_CANDIDATES, 4), np.int64), new_index(1), no_suffix(), no_history(),
+                  tr.new_trust(0, 0.0, 0.0), np.zeros(2))
 
 
 @kernel
@@ -224,9 +228,11 @@ def _high(high, seq, n_seq, drafted, d0, length, out):
 @kernel
 def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, hist, n_run, out):
     """Every source's candidate after seq[:n_seq] + drafted[d0:d0+k] (called for k = 0, 1, ... in turn:
-    the suffix source looks up at k = 0, a run of at most n_run tokens): out (N_CANDIDATES, 3) rows of token
-    (-1 = none), share bin (the match length's bin for the match sources), total bin (the suffix's count)."""
+    the suffix source looks up at k = 0, a run of at most n_run tokens): out (N_CANDIDATES, 4) rows of token
+    (-1 = none), share bin (the match length's bin for the match sources), total bin (the suffix's count), and the
+    match length itself for the match sources (0 for the others)."""
     length = n_seq + k
+    out[:, 3] = 0
     for n in range(1, NGRAM_MAX + 1):
         _flat(ctx, seq, n_seq, drafted, d0, length, n, out, n - 1)
         _flat(dyn, seq, n_seq, drafted, d0, length, n, out, SRC_DYNAMIC + n - 1)
@@ -236,14 +242,14 @@ def candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, high, index, sx, 
     _high(high, seq, n_seq, drafted, d0, length, out)
     tok, m = longest_match(index, seq, n_seq, drafted, d0, length)
     if tok >= 0:
-        out[SRC_MATCH, 0], out[SRC_MATCH, 1], out[SRC_MATCH, 2] = tok, min(SHARE_BINS - 1, m), 0
+        out[SRC_MATCH, 0], out[SRC_MATCH, 1], out[SRC_MATCH, 2], out[SRC_MATCH, 3] = tok, min(SHARE_BINS - 1, m), 0, m
     tok, m, count, total = suffix_candidate(sx, seq, n_seq, drafted, d0, k, n_run)
     if tok >= 0:
         row = SRC_SUFFIX + (1 if count < total else 0)
-        out[row, 0], out[row, 1], out[row, 2] = tok, length_bin(m), total_bin(count)
+        out[row, 0], out[row, 1], out[row, 2], out[row, 3] = tok, length_bin(m), total_bin(count), m
     tok, m = history_match(hist, seq, n_seq, drafted, d0, length, HISTORY_MIN_MATCH)
     if tok >= 0:
-        out[SRC_HISTORY, 0], out[SRC_HISTORY, 1], out[SRC_HISTORY, 2] = tok, min(SHARE_BINS - 1, m), 0
+        out[SRC_HISTORY, 0], out[SRC_HISTORY, 1], out[SRC_HISTORY, 2], out[SRC_HISTORY, 3] = tok, min(SHARE_BINS - 1, m), 0, m
 
 
 @kernel
@@ -288,6 +294,16 @@ def choose(pol, cand, j):
 
 
 @kernel
+def _match_behind(cand, tok):
+    """The longest match (in the sequence, the history or the static corpus) whose follower is tok (0: none)."""
+    m = 0
+    for src in range(N_CANDIDATES):
+        if cand[src, 0] == tok and cand[src, 3] > m:
+            m = cand[src, 3]
+    return m
+
+
+@kernel
 def _could_beat(cost, k, n_draft, expected, p_all, best):
     """Whether some prefix longer than k could beat ratio `best` if each further token had probability p_all."""
     for j in range(k + 1, n_draft + 1):
@@ -299,21 +315,23 @@ def _could_beat(cost, k, n_draft, expected, p_all, best):
 @kernel
 def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources, d0):
     """Draft after seq[:n_seq] into drafted[d0:], sources[d0:] the chain prefix that pays best (module
-    docstring); returns its length."""
+    docstring; in a shared step, the best (others + E_k) / cost[k]: pol.step); returns its length."""
+    others = pol.step[0]
+    pol.step[1] = 1.0
     if n_seq < 1:
         return 0
     n_draft = min(n_draft, pol.cost.shape[0] - 1)
     k, best_k = 0, 0
     pol.trust.n[0] = 0
-    p_all, expected = 1.0, 1.0
-    best = 1.0 / pol.cost[0]
+    p_all, expected = 1.0, 1.0 + others
+    best = expected / pol.cost[0]
     cand = pol.cand
     while k < n_draft and _could_beat(pol.cost, k, n_draft, expected, p_all, best):
         candidates(seq, n_seq, drafted, d0, k, ctx, dyn, st, memo, pol.high, pol.index, pol.suffix, pol.history,
                    n_draft, cand)
         best_tok, best_src, p_bin, agree = choose(pol, cand, k)
         pol.trust.n[0] = k + 1
-        if best_tok < 0:
+        if best_tok < 0 or (k >= SHORT_DRAFT and _match_behind(cand, best_tok) < LONG_MATCH):
             break
         q = pol.agree[p_bin, agree]
         tr.note(pol.trust, k, tr.CHAIN, best_tok, q)
@@ -324,4 +342,5 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
         k += 1
         if expected > best * pol.cost[k]:
             best, best_k = expected / pol.cost[k], k
+            pol.step[1] = expected - others
     return best_k

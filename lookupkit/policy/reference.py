@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from ..formats.lkc_orders import SHARE_ONE
-from ..rules import HISTORY_MIN_MATCH, NGRAM_MAX
+from ..rules import HISTORY_MIN_MATCH, LONG_MATCH, NGRAM_MAX, SHORT_DRAFT
 from ..counts.match_index import MATCH_LENGTHS
 from ..suffix import reference as brute
 from .chain import (AGREE_MAX, FAMILY, P_BINS, SHARE_BINS, SRC_DYNAMIC, SRC_HISTORY, SRC_MATCH, SRC_STATIC,
@@ -36,7 +36,7 @@ def _top(part: dict[int, int]) -> tuple[int, int, int]:
 
 def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = None) -> dict[int, tuple[int, int, int]]:
     """{table source: (token, share bin, total bin)} for the next token after `s`, whose first n_real
-    tokens are the real sequence (the rest drafted)."""
+    tokens are the real sequence (the rest drafted); the longest-match source's adds its match length."""
     n_real = len(s) if n_real is None else n_real
     out = {}
     for n in range(1, NGRAM_MAX + 1):
@@ -59,13 +59,13 @@ def candidates(s: list[int], ctx, dyn, static, high: dict, n_real: int | None = 
     for m in MATCH_LENGTHS.tolist():  # longest first; matches end in the real sequence, followed by a real token
         hit = next((e for e in range(n_real - 2, m - 2, -1) if len(s) >= m and s[e - m + 1:e + 1] == s[len(s) - m:]), None)
         if hit is not None:
-            out[SRC_MATCH] = (s[hit + 1], min(SHARE_BINS - 1, m), 0)
+            out[SRC_MATCH] = (s[hit + 1], min(SHARE_BINS - 1, m), 0, m)
             break
     return out
 
 
-def history_candidate(log: list[int] | None, s: list[int]) -> dict[int, tuple[int, int, int]]:
-    """{SRC_HISTORY: (follower, share bin = m, 0)} of the longest m (MATCH_LENGTHS, >= HISTORY_MIN_MATCH) whose
+def history_candidate(log: list[int] | None, s: list[int]) -> dict[int, tuple[int, int, int, int]]:
+    """{SRC_HISTORY: (follower, share bin = m, 0, m)} of the longest m (MATCH_LENGTHS, >= HISTORY_MIN_MATCH) whose
     last m tokens of s the log holds followed by a token, at the latest such place; {} if none."""
     for m in MATCH_LENGTHS.tolist() if log else []:
         if m < HISTORY_MIN_MATCH or len(s) < m:
@@ -73,7 +73,7 @@ def history_candidate(log: list[int] | None, s: list[int]) -> dict[int, tuple[in
         hit = next((e for e in range(len(log) - 2, m - 2, -1) if log[e + 1] >= 0 and log[e - m + 1:e + 1] == s[-m:]),
                    None)
         if hit is not None:
-            return {SRC_HISTORY: (log[hit + 1], min(SHARE_BINS - 1, m), 0)}
+            return {SRC_HISTORY: (log[hit + 1], min(SHARE_BINS - 1, m), 0, m)}
     return {}
 
 
@@ -87,24 +87,25 @@ def suffix_run(index, s: list[int], n: int, max_len: int = MAX_LEN) -> tuple[int
 
 
 def suffix_candidate(run: tuple, chain: list[int]) -> dict[int, tuple[int, int, int]]:
-    """{table row: (token, length bin, count bin)} of the run's next token, if the chain is the run's prefix."""
+    """{table row: (token, length bin, count bin, length m + k)} of the run's next token, if the chain is the run's
+    prefix."""
     m, tokens, counts, totals = run
     k = len(chain)
     if k >= len(tokens) or tokens[:k] != chain:
         return {}
     length_bin = max(b for b, edge in enumerate(LENGTH_EDGES.tolist()) if edge <= m + k)
     row = SRC_SUFFIX + (counts[k] < totals[k])
-    return {row: (tokens[k], length_bin, _bins(1, counts[k])[1])}
+    return {row: (tokens[k], length_bin, _bins(1, counts[k])[1], m + k)}
 
 
 def choose(cands: dict, table: np.ndarray, factors=None) -> tuple[int, int, int]:
     """(token, probability bin, agreement bin) of the most probable candidate, each table probability times its
     family's trust factor (policy.trust; none: 1), capped at 1 (smallest id on ties)."""
     f = np.ones(N_ROWS) if factors is None else factors
-    prob = {src: min(1.0, table[src, sb, tb] * f[FAMILY[src]]) for src, (tok, sb, tb) in cands.items()}
-    p, neg_tok, neg_src = max((prob[src], -tok, -src) for src, (tok, sb, tb) in cands.items())
+    prob = {src: min(1.0, table[src, c[1], c[2]] * f[FAMILY[src]]) for src, c in cands.items()}
+    p, neg_tok, neg_src = max((prob[src], -c[0], -src) for src, c in cands.items())
     src = -neg_src
-    others = [prob[o] for o, (tok, sb, tb) in cands.items() if o != src and tok == -neg_tok]
+    others = [prob[o] for o, c in cands.items() if o != src and c[0] == -neg_tok]
     agree = 0 if not others else 1 + min(AGREE_MAX - 1, int(max(others) * AGREE_MAX))
     return -neg_tok, min(P_BINS - 1, int(p * P_BINS)), agree
 
@@ -112,7 +113,7 @@ def choose(cands: dict, table: np.ndarray, factors=None) -> tuple[int, int, int]
 def proposals(cands: dict, table: np.ndarray) -> dict[int, tuple[int, float]]:
     """{family: (token, table probability)} of each family's most probable candidate (first row on ties)."""
     out = {}
-    for src, (tok, sb, tb) in sorted(cands.items()):
+    for src, (tok, sb, tb, *_) in sorted(cands.items()):
         g, p = int(FAMILY[src]), float(table[src, sb, tb])
         if p > out.get(g, (-1, 0.0))[1]:
             out[g] = (tok, p)
@@ -132,8 +133,9 @@ def learn_trust(evidence: np.ndarray, params, record: list, truth: list[int]) ->
 
 def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, high: dict, tables: tuple,
                            cost: Sequence[float], suffix=None, max_len: int = MAX_LEN, history=None, factors=None,
-                           record: list | None = None) -> list[int]:
-    """The prefix of the candidate chain after `seq` with the largest E_k / cost[k] (policy.chain's docstring;
+                           record: list | None = None, others: float = 0.0) -> list[int]:
+    """The prefix of the candidate chain after `seq` with the largest (others + E_k) / cost[k] (policy.chain's
+    docstring; others: what the other slots of a shared step are expected to yield, 0 for one sequence;
     the shortest of equally good ones), the chain grown only while a longer prefix could still win. `suffix`:
     a suffix index, drafted from if the table has learnt it (any of its rows non-zero), after matches of at
     least the edge of the first length bin its rows have learnt. `history`: a History's log (or None), drafted
@@ -149,8 +151,8 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
     run = suffix_run(suffix, s, n_draft, max_len) if on else (0, [], [], [])
     if run[0] < min_match_of(table[SRC_SUFFIX:SRC_SUFFIX + 2]):
         run = (run[0], [], [], [])
-    expected, p_all = 1.0, 1.0
-    best, best_k = 1.0 / cost[0], 0
+    expected, p_all = 1.0 + others, 1.0
+    best, best_k = expected / cost[0], 0
     while s and len(chain) < n_draft:
         k = len(chain)
         if not any(expected + p_all * (j - k) > best * cost[j] for j in range(k + 1, n_draft + 1)):
@@ -162,6 +164,8 @@ def draft_policy_reference(seq: Sequence[int], n_draft: int, ctx, dyn, static, h
         if not cands:
             break
         tok, p_bin, n_agree = choose(cands, table, factors)
+        if k >= SHORT_DRAFT and max([c[3] for c in cands.values() if c[0] == tok and len(c) > 3], default=0) < LONG_MATCH:
+            break  # past a short draft, only a token that follows a long match (text being copied)
         q = agree[p_bin, n_agree]
         if record is not None:
             record[-1] = (tok, {**record[-1][1], **({CHAIN: (tok, float(q))} if q > 0 else {})})

@@ -98,6 +98,84 @@ def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | No
     return traces
 
 
+def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: VerifyCost, parallel: int,
+                    n_ctx: int | None = None) -> tuple[list[RequestTrace], dict]:
+    """Replay `requests` as `parallel` clients send them to a server: that many in flight at once, each in its own
+    slot (a Drafter from make_drafter(), learning at its end as --learn says), every step drafting for each busy
+    slot as the engine does (verify_cost.StepPricer, in the engine's turn) and costing cost.step(busy slots, rows).
+    Returns the traces (in the log's order) and {"cost": the steps' cost, "plain_cost": the same schedule's steps
+    without drafts, "steps", "plain_steps"}: plain_cost / cost is the aggregate decode speed-up predicted."""
+    from collections import deque
+
+    from ..draft.learning import end_sequence
+    from ..verify_cost import StepPricer
+
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise InputError(f"--parallel must be 1 or more, got {parallel!r}")
+    pricer = StepPricer(cost)
+    waiting = deque(enumerate(requests))
+    slots: list = [None] * parallel
+    drafters = [make_drafter() for _ in range(parallel)]
+    traces: dict = {}
+    spent, steps, turn = 0.0, 0, 0
+    while waiting or any(slots):
+        for i in range(parallel):
+            while slots[i] is None and waiting:
+                idx, (prompt, response) = waiting.popleft()
+                drafters[i].accept(prompt)
+                drafters[i].accept(response[:1])
+                if len(response) > 1:
+                    slots[i] = [idx, prompt, response, 1, [], []]
+                else:  # its first token, from the prompt, ends it: no verify step
+                    traces[idx] = RequestTrace(len(prompt), len(response), [], [])
+                    end_sequence(drafters[i], learn)
+        live = [i for i in range(parallel) if slots[i] is not None]
+        if not live:
+            continue
+        turn = (turn + 1) % len(live)
+        pricer.start(len(live))
+        for i in live[turn:] + live[:turn]:
+            idx, prompt, response, pos, drafted, accepted = slots[i]
+            k = n_draft if n_ctx is None else min(n_draft, n_ctx - 2 - (len(prompt) + pos - 1))
+            d = drafters[i].draft(None, k, pricer.price(k)) if k > 0 else []
+            pricer.drafted(len(d), drafters[i].expected)
+            a = 0
+            while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
+                a += 1
+            drafters[i].accept(response[pos:pos + a + 1])
+            slots[i][3] = pos + a + 1
+            drafted.append(len(d))
+            accepted.append(a)
+        spent += cost.step(len(live), pricer.rows)
+        steps += 1
+        for i in live:
+            idx, prompt, response, pos, drafted, accepted = slots[i]
+            if pos >= len(response):
+                traces[idx] = RequestTrace(len(prompt), len(response), drafted, accepted)
+                end_sequence(drafters[i], learn)
+                slots[i] = None
+    plain, plain_steps = plain_schedule([len(r) - 1 for _, r in requests], parallel, cost)
+    return [traces[i] for i in range(len(requests))], {"cost": spent, "steps": steps, "plain_cost": plain,
+                                                       "plain_steps": plain_steps}
+
+
+def plain_schedule(lengths: list[int], parallel: int, cost: VerifyCost) -> tuple[float, int]:
+    """(cost, steps) of decoding responses of `lengths` tokens after their first, `parallel` at a time, one token
+    per busy slot per step."""
+    waiting, left, spent, steps = list(lengths), [], 0.0, 0
+    while waiting or left:
+        left = [n for n in left if n > 0]
+        while waiting and len(left) < parallel:
+            left.append(waiting.pop(0))
+        left = [n for n in left if n > 0]  # (one with nothing after its first token ends at once)
+        if not left:
+            continue
+        spent += cost.step(len(left), len(left))
+        steps += 1
+        left = [n - 1 for n in left]
+    return spent, steps
+
+
 def summary(traces: list[RequestTrace], cost: VerifyCost | None) -> dict:
     drafted = [d for t in traces for d in t.drafted]
     accepted = [a for t in traces for a in t.accepted]

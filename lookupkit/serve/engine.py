@@ -17,6 +17,12 @@ the callback they gave it, which is called in this thread (app.py turns it into 
 bounded queue of jobs waits behind the slots; `submit` refuses one more (Busy: 503 + Retry-After). A
 cancelled job (client gone) leaves its slot at the start of the next step, so within one verify step.
 
+A step's drafts are priced together (`pricing`, the --verify-cost curve, for --policy lookupkit): on these CPUs a
+batch of 2 rows costs about what 2 single rows do, so a drafted token that is rejected displaces another slot's
+real one. Each slot in turn drafts what maximises the whole step's expected tokens per unit of its cost, given
+the rows and expected tokens of the slots before it (each later slot counted at its one row and one token):
+Drafter.draft's price. With one busy slot this is the one-sequence rule exactly.
+
 Drafts are checked against n_vocab before they enter a batch: a cache damaged in a section the O(1)
 open does not check can draft any int32 (issue 22: 226 of 5,200 mutated suffix indexes did), and an id
 outside the vocabulary must never reach llama_decode. The bad tail of such a draft is dropped and
@@ -44,6 +50,7 @@ import numpy as np
 from ..draft.learning import end_sequence
 from ..errors import InputError
 from ..integrations.llama_generate import _Batch, _Model, verify
+from ..verify_cost import StepPricer
 from .sampling import Sampling
 from .slots import EMPTY, Slot, choose
 
@@ -105,7 +112,7 @@ class Engine:
     -> the History a job of that tenant drafts from (--learn history), on_learnt() called after one was learnt."""
 
     def __init__(self, llm, make_drafter, *, parallel: int, queue: int, n_draft: int, metrics, on_batch=None,
-                 learn: str = "off", on_learnt=None, history_for=None):
+                 learn: str = "off", on_learnt=None, history_for=None, pricing=None):
         self.m = _Model(llm)
         self.n_ctx_slot = int(self.m.lib.llama_n_ctx_seq(self.m.ctx))
         self.n_draft = n_draft if make_drafter is not None else 0
@@ -116,6 +123,8 @@ class Engine:
         self.n_swa = max(1, self.m.n_swa)
         self.queue, self.metrics, self.on_batch = queue, metrics, on_batch
         self.learn, self.on_learnt, self.history_for = learn, on_learnt, history_for
+        self.pricer = StepPricer(pricing) if pricing is not None else None  # drafts priced in their shared step
+        self._turn = 0
         self.batch = _Batch(self.m.lib, self.m.n_batch)
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
@@ -232,14 +241,19 @@ class Engine:
     def _step(self) -> None:
         b, m = self.batch, self.m
         b.clear()
-        work, fed = [], []
+        work, fed, live = [], [], []
         for slot in self.slots:
             if slot.job is not None and slot.job.cancelled:
                 self._finish(slot, Done("cancelled"))
             elif slot.job is not None and slot.tok is not None:
-                pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
-                draft = self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
-                work.append((slot, b.add([slot.tok, *draft], pos, 1 + len(draft), slot.seq), draft))
+                live.append(slot)
+        self._turn = (self._turn + 1) % max(1, len(live))  # who prices first goes round
+        if self.pricer is not None:
+            self.pricer.start(len(live))
+        for slot in live[self._turn:] + live[:self._turn]:
+            pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
+            draft = self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
+            work.append((slot, b.add([slot.tok, *draft], pos, 1 + len(draft), slot.seq), draft))
         for slot in self.slots:
             room = b.capacity - b.b.n_tokens
             if slot.job is None or slot.tok is not None or room <= 0:
@@ -291,7 +305,10 @@ class Engine:
     def _draft(self, slot: Slot, k: int) -> list:
         if slot.drafter is None or k <= 0:
             return []
-        draft = slot.drafter.draft(None, k)
+        if self.pricer is None:
+            draft = slot.drafter.draft(None, k)
+        else:
+            draft = slot.drafter.draft(None, k, price=self.pricer.price(k))
         bad = next((i for i, t in enumerate(draft) if not 0 <= t < self.m.n_vocab), None)
         if bad is not None:
             self.metrics.inc("draft_refused_tokens_total", by=len(draft) - bad)
@@ -300,6 +317,8 @@ class Engine:
                 log.warning("a draft held token id %d, outside this model's vocabulary of %d: the cache is damaged "
                             "(check it with lookupkit verify); such drafts are cut there", draft[bad], self.m.n_vocab)
             draft = draft[:bad]
+        if self.pricer is not None:
+            self.pricer.drafted(len(draft), slot.drafter.expected)
         return draft
 
     def _emit(self, slot: Slot, new: list, draft: list, n_acc: int) -> None:

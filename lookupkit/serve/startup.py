@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from ..rules import MAX_DRAFT, DEFAULT_CTX
+from ..rules import MAX_DRAFT, DEFAULT_CTX, PARALLEL_MAX
 
 
 @dataclass
@@ -57,7 +57,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     from .. import models, warmup
     from ..integrations.engines import drafter_factory
     from ..integrations.llama_generate import batch_size, model_vocab, open_model
-    from ..verify_cost import VerifyCost
+    from ..verify_cost import DEFAULT_COST, VerifyCost
     from .chat import ChatTemplate
     from .engine import Engine
     from .metrics import Metrics
@@ -79,7 +79,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
 
     path = models.resolve(model)
     vocab = timed("model vocabulary", lambda: model_vocab(path), lambda v: v.name)
-    static = dynamic = make_drafter = history = tenants = keeper = None
+    static = dynamic = make_drafter = history = tenants = keeper = pricing = None
     if learn == "history":
         tenants = timed("history" + (f" {state}" if state is not None else ""), lambda: open_tenants(
             state, history_budget, tenant_budget, vocab.fingerprint, learn_scope, state_reset), lambda t: t.describe())
@@ -96,9 +96,10 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
             from ..formats import read_ngrams
 
             dynamic = timed(f"dynamic cache {lcd}", lambda: read_ngrams(lcd), lambda t: f"{len(t.ngrams):,} n-grams")
+        if policy == "lookupkit":  # its drafts are priced by what they add to the step all busy slots share
+            pricing = VerifyCost.of(DEFAULT_COST if verify_cost is None else verify_cost)
         make_drafter, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=policy, policy_table=policy_table,
-                                          verify_cost=VerifyCost.of(verify_cost) if verify_cost is not None else None,
-                                          history=history)
+                                          verify_cost=pricing, history=history)
     elif lcs is not None or lcd is not None:
         raise InputError("--draft 0 serves without drafting: leave out -lcs/-lcd, or give --draft 1 or more")
     n_batch = batch_size(n_draft, parallel)
@@ -120,7 +121,7 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
         engine = timed(f"{parallel} slot{'s' * (parallel > 1)}", lambda: Engine(
             llm, make_drafter, parallel=parallel, queue=queue, n_draft=n_draft, metrics=metrics, on_batch=on_batch,
             learn=learn, on_learnt=learnt if tenants is not None else None,
-            history_for=tenants.history if tenants is not None else None),
+            history_for=tenants.history if tenants is not None else None, pricing=pricing),
             "a Drafter each" if make_drafter else "no drafting")
         metrics.gauge("slots_total", parallel)
         if tenants is not None:
@@ -199,4 +200,3 @@ def _check(n_draft, n_ctx, threads, parallel, queue) -> None:
 
 
 CTX_MIN = 16  # tokens per slot: -c below this cannot hold a prompt and an answer
-PARALLEL_MAX = 64  # slots; llama.cpp's own limit is llama_max_parallel_sequences() (256)

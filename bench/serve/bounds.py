@@ -1,0 +1,71 @@
+"""The limits beside each row of the serving bench (issue 31): what the same calls would have given had every
+drafted token been accepted, and what drafting the exact continuation at the measured curve's best k would give,
+so that the gap to the limit is a number beside each row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BASE, PLAIN = "server:none", "lk:plain"
+
+
+def all_accepted(runs: list[dict]) -> float | None:
+    """How much faster the same calls would have been had every drafted token been accepted: a call's time follows
+    what it drafted, not what was accepted, and it yields accepted + 1 tokens, so (n − accepted + drafted) / n."""
+    n, drafted = sum(r["n_gen"] for r in runs), sum(r["drafted"] or 0 for r in runs)
+    return (n - sum(r["accepted"] or 0 for r in runs) + drafted) / n if drafted and n else None
+
+
+def exact_bound(cost, slots: int = 1, max_k: int = 256) -> tuple[float, int] | None:
+    """(speed-up, k): the best over plain decoding of every busy slot drafting the exact continuation, k tokens a
+    step, each step priced by the measured curve (its surface for `slots`: VerifyCost.step); None without a curve."""
+    if cost is None:
+        return None
+    base, best = cost.step(slots, slots), (1.0, 0)
+    for k in range(1, max_k + 1):
+        step = cost.step(slots, slots * (1 + k))
+        if not step < float("inf"):
+            break
+        best = max(best, ((1 + k) * base / step, k))
+    return best
+
+
+def curve_of(res: dict):
+    """The policy rows' --verify-cost curve the run used (a VerifyCost), if its file is still there."""
+    from lookupkit.verify_cost import VerifyCost
+
+    path = res.get("args", {}).get("curve")
+    return VerifyCost.parse(path) if path and Path(path).is_file() else None
+
+
+def with_bounds(stats: dict, by_row: dict, cost, slots: int = 1) -> dict:
+    """Each row's limits beside its speed: its calls with every draft accepted, and the exact continuation at the
+    best k over its own server's plain row (lk:plain for lookupkit's rows, server:none for llama-server's)."""
+    exact = exact_bound(cost, slots)
+    for row, s in stats.items():
+        factor = all_accepted(by_row[row])
+        s["bound_accepted"] = s["tok_per_s"] * factor if factor else None
+        plain = stats.get(PLAIN if row.startswith("lk:") else BASE)
+        s["bound_exact"] = plain["tok_per_s"] * exact[0] if plain and exact else None
+        s["bound_k"] = exact[1] if exact else None
+    return stats
+
+
+def level_cell(lv: dict, levels: list[dict], cost) -> str:
+    """A concurrency cell: aggregate tok/s, the share of its exact bound (its server's plain row at the same client
+    count), accepted / drafted."""
+    runs = lv.get("runs") or []
+    plain = next((r for r in levels if r["clients"] == lv["clients"]
+                  and r["row"] == (PLAIN if lv["row"].startswith("lk:") else BASE)), None)
+    exact = exact_bound(cost, lv["clients"])
+    share = f" ({lv['tok_per_s'] / (plain['tok_per_s'] * exact[0]):.0%})" if plain and exact else ""
+    drafted = sum(r.get("drafted") or 0 for r in runs)
+    acc = f"; {sum(r.get('accepted') or 0 for r in runs):,} / {drafted:,}" if drafted else ""
+    return f"{lv['tok_per_s']:.1f}{share}{acc}"
+
+
+def bound(limit: float | None, speed: float | None = None) -> str:
+    """A bound's cell: its tok/s, and with `speed` the share of it reached."""
+    if limit is None:
+        return "—"
+    return f"{limit:.1f}" + (f" ({speed / limit:.0%})" if speed is not None else "")

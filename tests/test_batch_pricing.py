@@ -1,0 +1,108 @@
+"""Drafts priced by what they add to a step shared by many slots (issue 31): the step-cost surface that
+`lookupkit calibrate --slots` writes, the price rows a slot's policy maximises against, the policy's
+(others + E_k) / cost[k] rule on a hand-worked case, and the engine pricing each slot by the slots before it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import needs
+from lookupkit import Drafter
+from lookupkit.errors import FormatError
+from lookupkit.policy.chain import AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, TOTAL_BINS, make_policy
+from lookupkit.verify_cost import VerifyCost, load_curve, save_curve
+from tiny_models import tiny_gguf  # noqa: F401
+
+
+def test_a_step_is_priced_by_its_rows_on_the_measured_surface_else_by_the_curve():
+    cost = VerifyCost(curve={0: 1.0, 1: 1.5, 2: 2.0, 3: 2.4}, batch={2: ([2, 4, 6], [1.8, 3.0, 4.0])})
+    assert cost.step(2, 3) == pytest.approx(2.4)  # halfway between rows 2 and 4
+    assert cost.step(2, 7) == math.inf and cost.step(2, 1) == math.inf  # outside what was measured
+    assert cost.step(1, 3) == 2.0 and cost.step(3, 2) == 1.5  # no surface for 1 or 3 slots: the curve's 1 + k rows
+    np.testing.assert_allclose(cost.batch_prices(2, 2, 2), [1.0, 2.4 / 1.8, 3.0 / 1.8])
+    np.testing.assert_allclose(cost.batch_prices(1, 1, 3), [1.0, 1.5, 2.0, 2.4])  # one slot: the curve itself
+    past = cost.batch_prices(2, 9, 2)  # a step already past the surface drafts nothing more
+    assert past[0] == 1.0 and np.all(np.isinf(past[1:]))
+    constant = VerifyCost(constant=0.5)  # 1 + C (rows - 1)
+    np.testing.assert_allclose(constant.batch_prices(4, 4, 2), [1.0, 3.0 / 2.5, 3.5 / 2.5])
+
+
+def test_a_curve_with_a_batch_surface_round_trips_and_a_bad_surface_is_refused(tmp_path):
+    path = save_curve({"curve": {0: 1.0, 1: 1.5}, "batch": {2: {2: 1.9, 3: 2.6}}}, tmp_path / "c.json")
+    cost = VerifyCost.parse(str(path))
+    assert cost.step(2, 2) == pytest.approx(1.9) and cost.step(2, 3) == pytest.approx(2.6)
+    assert load_curve(path)["batch"] == {2: {2: 1.9, 3: 2.6}}
+    for batch in ({2: {2: 1.9}}, {2: {1: 1.0, 3: 2.0}}, {2: {2: -1.0, 3: 2.0}}, {2: "x"}, {0: {0: 1.0, 1: 2.0}}):
+        data = {"format": "lookupkit-verify-cost-1", "curve": {0: 1.0, 1: 1.5}, "batch": batch}
+        (tmp_path / "bad.json").write_text(json.dumps(data))
+        with pytest.raises(FormatError, match="batch surface"):
+            load_curve(tmp_path / "bad.json")
+
+
+def flat_tables(p: float):
+    """Every source's every bin, and the chain's calibration, at probability p."""
+    return np.full((N_SOURCES, SHARE_BINS, TOTAL_BINS), p), np.full((P_BINS, AGREE_MAX + 1), p)
+
+
+def test_the_other_slots_raise_the_bar_a_draft_must_clear():
+    """Hand-worked: each chain token has P = 0.6 and costs 0.5 more. Alone, 1 token yields E_1 = 1.6 for cost
+    1.5 (1.07 > 1), 2 tokens E_2 = 1.96 for 2.0 (0.98): draft 1. Beside slots expected to yield 3 tokens,
+    (3 + 1.6) / 1.5 = 3.07 < 4: the draft would cost the others more than it brings, so none."""
+    seq = [5, 6, 7] * 20
+    drafter = Drafter(policy="lookupkit")
+    drafter._pol = make_policy(flat_tables(0.6), lambda k: 1 + 0.5 * k, 1024, None, trust=(0.0, 8.0))
+    cost = np.array([1 + 0.5 * k for k in range(9)])
+    assert drafter.draft(seq, 8) == [5] and drafter.expected == pytest.approx(1.6)
+    assert drafter.draft(seq, 8, price=(cost, 0.0)) == [5]  # priced alone: the same
+    assert drafter.draft(seq, 8, price=(cost, 3.0)) == [] and drafter.expected == pytest.approx(1.0)
+    cheap = np.array([1.0] + [1.01] * 8)  # extra rows nearly free: worth drafting beside others too
+    assert len(drafter.draft(seq, 8, price=(cheap, 3.0))) == 8
+
+
+def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
+    """Two requests at once on two slots, with extra rows nearly free for one busy slot and dearer than anything
+    they could yield beside another: the slots draft nothing while both are busy, and draft once the short
+    request has ended; both outputs stay the model's greedy ones."""
+    needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)")
+    needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
+    needs.module("uvicorn", "pip install 'lookupkit[serve]'")
+    import httpx
+
+    from lookupkit.integrations.llama_generate import generate
+    from lookupkit.serve.startup import open_server
+    from serve_helpers import running
+    from tiny_models import in_threads
+
+    curve = {k: 1.0 + 0.01 * k for k in range(9)}
+    dear = VerifyCost(curve=curve, batch={1: (list(range(1, 10)), list(curve.values())),
+                                          2: ([2, 3, 10], [2.0, 1000.0, 2000.0])})
+    served = open_server(tiny_gguf, policy="lookupkit", verify_cost=dear, n_draft=8, parallel=2, n_ctx=1024, threads=1)
+    seen, draft = [], served.engine._draft
+
+    def spy(slot, k):
+        out = draft(slot, k)
+        seen.append((served.engine.pricer.n_live, len(out)))
+        return out
+
+    served.engine._draft = spy
+    prompt = served.llm.tokenize(b"The quick brown fox", add_bos=True)
+    try:
+        with running(served) as url:
+            got = in_threads(lambda i: httpx.post(f"{url}/completion", timeout=120, json={
+                "prompt": prompt, "n_predict": (16, 80)[i], "temperature": 0, "ignore_eos": True,
+                "return_tokens": True}).json()["tokens"], 2)
+    finally:
+        served.llm.close()
+    together = [n for live, n in seen if live == 2]
+    alone = [n for live, n in seen if live == 1]
+    assert together and sum(together) == 0 and sum(alone) > 0, seen
+    import llama_cpp
+
+    ref = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, verbose=False)
+    want = generate(ref, prompt, 80, stop_at_eos=False).tokens
+    ref.close()
+    assert got[0] == want[:16] and got[1] == want
