@@ -129,6 +129,13 @@ def concurrency_targets(res: dict) -> list:
                 if PLAIN in at:
                     out.append((f"{where}: {row} not below lk:plain", at[row] >= at[PLAIN],
                                 f"{at[row] / at[PLAIN]:.2f}x"))
+            for lv in levels:
+                rep = lv.get("replay") or {}
+                if lv["clients"] == clients and rep.get("predicted") and rep.get("measured"):
+                    off = rep["predicted"] / rep["measured"] - 1
+                    out.append((f"{where}: the replay of {lv['row']}'s log predicts its speed-up over lk:plain within "
+                                f"{TARGET_REPLAY:.0%}", abs(off) <= TARGET_REPLAY,
+                                f"predicted {rep['predicted']:.2f}x, measured {rep['measured']:.2f}x ({off:+.0%})"))
             if clients == 4 and PLAIN in at and BASE in at:
                 p = at[PLAIN] / at[BASE]
                 out.append((f"{where}: lk:plain within 5 % of llama-server none", abs(p - 1) <= TARGET_PLAIN, f"{p:.3f}x"))

@@ -18,20 +18,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import shlex
 import os
 import sys
 import time
 from pathlib import Path
 
 from lookupkit.errors import InputError, LookupkitError
-from lookupkit.files import atomic_writer
 from lookupkit.rules import DEFAULT_CTX
 from lookupkit.bench import llama_server
 from lookupkit.bench.models import bench_dir
 from lookupkit.bench.harness import RESULTS, command, git_state, machine, warm_file, write_text
 from lookupkit.bench.serve import client
 from lookupkit.bench.llama_server import llama_server_cmd
+from lookupkit.bench.serve.replay import PLAIN_ROW, replay_row
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
 from lookupkit.bench.serve.sessions import conversations, run_session, session_sets, slot_ctx
 from lookupkit.bench.serve.tasks import (SESSION_TASKS, STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts,
@@ -163,38 +162,30 @@ class Bench:
         out["replay"] = {r["name"]: self.replay(r, out["runs"]) for r in table if "lookupkit" in r["args"]}
         return out
 
-    def replay(self, row: dict, runs: list[dict]) -> dict:
-        """What `lookupkit replay-requests` predicts for one row from the requests and responses it served
-        (the command a user runs on a log), beside the decode speed-up it measured over lk:plain."""
-        import subprocess
-
+    def replay(self, row: dict, runs: list[dict], task: str = "agent", clients: int = 1) -> dict:
+        """What `lookupkit replay-requests` predicts for one row from the requests and responses it served, as
+        `clients` clients sent them, beside what it measured over lk:plain (replay.replay_row)."""
         mine = [r for r in runs if r["row"] == row["name"]]
-        log_path = self.logs / f"agent-{row['name'].replace(':', '-')}.jsonl"
-        with atomic_writer(log_path) as f:
-            for r in mine:
-                f.write((json.dumps({"prompt": r["prompt_ids"], "response": r["tokens"]}) + "\n").encode())
-        args = {a: b for a, b in zip(row["args"], row["args"][1:])}
-        cmd = [sys.executable, "-m", "lookupkit", "replay-requests", str(log_path), "-m", str(self.args.model),
-               "--policy", "lookupkit", "--verify-cost", args["--verify-cost"], "--draft", args["--draft"],
-               "--learn", args.get("--learn", "off"), "--json"]
-        if "-lcs" in args:
-            cmd += ["-lcs", str(self.args.caches / f"{TASK_CACHE['agent']}.lkc")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode:
-            return {"command": shlex.join(cmd[2:]), "error": (proc.stderr or proc.stdout).strip()[-300:]}
-        res = json.loads(proc.stdout)["results"]
-        plain = [r for r in runs if r["row"] == "lk:plain"]
-        decode = lambda rs: sum(r["n_gen"] - 1 for r in rs) / sum(r["t_gen_s"] for r in rs)  # noqa: E731
-        return {"command": shlex.join(cmd[2:]), "predicted": res[args.get("--learn", "off")].get("predicted_speedup"),
-                "predicted_off": res["off"].get("predicted_speedup"),
-                "measured": decode(mine) / decode(plain) if plain else None,
-                "drafted_accepted": [res[args.get("--learn", "off")]["drafted"], res[args.get("--learn", "off")]["accepted"]],
-                "server_drafted_accepted": [sum(r["drafted"] or 0 for r in mine), sum(r["accepted"] or 0 for r in mine)]}
-
+        plain = [r for r in runs if r["row"] == PLAIN_ROW]
+        log_path = self.logs / f"{task}-{clients}-{row['name'].replace(':', '-')}.jsonl"
+        return replay_row(row, mine, plain, log_path, self.args.model, self.args.caches / f"{TASK_CACHE[task]}.lkc",
+                          clients)
     def concurrency(self, task: str, ids: list[list[int]], table: list[dict]) -> list[dict]:
-        """At each client count: fresh servers with SLOTS slots, the same prompts, rows alternating."""
-        return self.levels(task, table, SLOTS * CTX_PER_SLOT,
-                           lambda port, clients: client.concurrent(port, ids, self.args.n_new, clients))
+        """At each client count: fresh servers with SLOTS slots, the same prompts, rows alternating; then each
+        drafting lookupkit row's served log replayed as that many clients (replay-requests --parallel)."""
+        levels = self.levels(task, table, SLOTS * CTX_PER_SLOT,
+                             lambda port, clients: client.concurrent(port, ids, self.args.n_new, clients))
+        for clients in self.args.clients:
+            at = [lv for lv in levels if lv["clients"] == clients]
+            runs = [{**r, "row": lv["row"], "prompt_ids": ids[i], "level_tok_per_s": lv["tok_per_s"]}
+                    for lv in at for i, r in enumerate(lv["runs"])]
+            for lv in at:
+                row = next(r for r in table if r["name"] == lv["row"])
+                if "--verify-cost" in row["args"]:
+                    lv["replay"] = self.replay(row, runs, task, clients)
+                    log(f"{task} {clients} clients: {row['name']} replay predicts {lv['replay'].get('predicted')}, "
+                        f"measured {lv['replay'].get('measured')}")
+        return levels
 
     def sessions(self, task: str, sess: list[dict], table: list[dict]) -> list[dict]:
         """At each client count: fresh servers with SLOTS slots, every session once with the prompt cache."""
@@ -284,6 +275,8 @@ def parse_args(argv=None):
     ap.add_argument("--session-tasks", default=",".join(SESSION_TASKS), help="the sessions part's conversations")
     ap.add_argument("--concurrency-tasks", default="prose,copy")
     ap.add_argument("--concurrency-prompts", type=int, default=8)
+    ap.add_argument("--concurrency-rows", default="server:none,server:ngram-mod,lk:plain,lk:policy",
+                    help="the rows of the concurrency part (lookupkit's are replayed as that many clients too)")
     ap.add_argument("--startup-reps", type=int, default=2)
     ap.add_argument("--parts", default="tasks,concurrency,startup", help=f"of {','.join(PARTS)}")
     ap.add_argument("--seed", type=int, default=22, help="chooses the prompts (tune on another seed than the one you report)")
@@ -385,7 +378,8 @@ def _main(args) -> None:
                 result["tasks"][task] = bench.task(task, ids[task], table)
             save()
     if "concurrency" in args.parts:
-        conc = [r for r in table if r["name"] in ("server:ngram-mod", "lk:policy")]
+        conc = [r for r in table if r["name"] in args.concurrency_rows.split(",")]
+        result["concurrency_prompts"] = conc_ids
         for task in args.concurrency_tasks:
             result["concurrency"][task] = bench.concurrency(task, conc_ids[task], conc)
             save()
