@@ -31,8 +31,10 @@ from ..rules import MAX_DRAFT
 
 
 def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 512, threads: int | None = None,
-              seed: int = 0) -> dict:
-    """Median cost of evaluating 1 + k tokens after `position` tokens, relative to 1 token, k = 0..max_k."""
+              seed: int = 0, on_sweep=None) -> dict:
+    """Median cost of evaluating 1 + k tokens after `position` tokens, relative to 1 token, k = 0..max_k.
+    on_sweep(done, total, seconds): called after each sweep over the sizes (the first one is the warm-up),
+    with the sweeps done, their number and the seconds since the first began."""
     if not isinstance(reps, int) or reps < 1:
         raise InputError(f"reps must be a whole number >= 1, got {reps!r}")
     if not isinstance(max_k, int) or not 1 <= max_k <= MAX_DRAFT:
@@ -61,6 +63,7 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
         raw: dict[int, list[float]] = {k: [] for k in sizes}
         sampler = CpuSampler()
         sampler.start()
+        t_start = time.perf_counter()
         for rep in range(reps + 1):  # the first sweep warms caches and is not kept
             for k in sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]:
                 m.forget_from(position)
@@ -72,6 +75,8 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 16, position: int = 51
                 dt = time.perf_counter() - t0
                 if rep:
                     raw[k].append(dt)
+            if on_sweep is not None:
+                on_sweep(rep + 1, reps + 1, time.perf_counter() - t_start)
         others = sampler.stop()
     finally:
         batch.free()
