@@ -38,6 +38,7 @@ EXAMPLES = """Examples:
   lookupkit serve -m gemma-3-270m -lcs gemma-wiki100.lkc --policy lookupkit --verify-cost gemma.curve.json
   lookupkit serve -m model.gguf --parallel 4 -c 8192 --port 0       # 4 slots of 2048 tokens, any free port
   lookupkit serve -m gemma-3-270m --draft 0                         # no drafting: the plain baseline
+  lookupkit serve -m gemma-3-270m --no-jinja --chat-template gemma   # chat in Gemma's turns (default: ChatML)
   lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --state served.lkh   # learns, kept across restarts
   lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --api-key-file keys.txt  # each key learns apart
 
@@ -99,9 +100,10 @@ def serve_cmd(
     alias: Optional[str] = typer.Option(None, "-a", "--alias", metavar="NAME", help="The model's name in /v1/models, "
                                         "/props and every response (default: the model's name or file name)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", metavar="NAME|TEMPLATE", help="Chat's "
-                                                "template instead of the GGUF's: a llama.cpp built-in name "
-                                                f"({', '.join(LEGACY)}) or a Jinja template's text (default: the "
-                                                "GGUF's tokenizer.chat_template, else ChatML, as llama-server)."),
+                                                "template instead of the GGUF's: a Jinja template's text, chatml, or, "
+                                                f"with --no-jinja, a llama.cpp built-in format ({', '.join(LEGACY)}); "
+                                                "as llama-server, Jinja renders another name as its own text (default: "
+                                                "the GGUF's tokenizer.chat_template, else ChatML, as llama-server)."),
     chat_template_file: Optional[Path] = typer.Option(None, "--chat-template-file", metavar="FILE", help="As "
                                                       "--chat-template, the template read from FILE."),
     jinja: bool = typer.Option(True, "--jinja/--no-jinja", help="Render the template with Jinja (llama-server's "

@@ -6,9 +6,11 @@ Which template (llama.cpp's common_chat_templates_init and the server's flags, r
 `tokenizer.chat_template`, else llama-server's fallback, ChatML (a base model's GGUF carries none).
 "chatml" names the fallback's source. With Jinja (the default, as llama-server's), the source is rendered by
 jinja2 with `messages`, `bos_token`, `eos_token` and `add_generation_prompt`, and a BOS the template wrote
-is cut when the tokenizer adds one (llama.cpp does so too: the prompt never starts with two). With
-`--no-jinja` the source is matched to one of llama.cpp's built-in formats by name or by the strings it
-holds (llama_chat_detect_template's order) and rendered by that format's fixed rule (`LEGACY`).
+is cut when the tokenizer adds one (llama.cpp does so too: the prompt never starts with two); another
+built-in name ("gemma") is then a template of its own text, so every prompt is "gemma": llama-server b11434
+does exactly that (recorded), and start-up warns. With `--no-jinja` the source is matched to one of
+llama.cpp's built-in formats by name or by the strings it holds (llama_chat_detect_template's order) and
+rendered by that format's fixed rule (`LEGACY`).
 
 The prompt is tokenized as llama-server tokenizes it: special tokens parsed, a BOS added where the
 vocabulary says so. No stop strings are added: generation ends at an end-of-generation token, as there.
@@ -146,6 +148,10 @@ class ChatTemplate:
         """The start-up line: which template chat uses and why."""
         what = (f"built-in {self.format!r} format without Jinja" if not self.jinja else
                 "ChatML" if self.source == CHATML_SOURCE else "Jinja")
+        if self.jinja and self.source in LEGACY:  # (chatml became CHATML_SOURCE above)
+            what += (f"; WARNING: through Jinja a built-in name is a template of its own text: every chat prompt is "
+                     f"{self.source!r}, as llama-server b11434 renders it; add --no-jinja for llama.cpp's built-in "
+                     f"{self.source!r} format")
         return f"{what}, from {self.why}"
 
     def _text(self, token: int) -> str:

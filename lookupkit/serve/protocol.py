@@ -176,8 +176,8 @@ class Message(_Body):
     name: str | None = None
 
     def as_dict(self) -> dict:
-        """The message as llama-cpp-python's formatters take it (text parts joined)."""
-        content = self.content if not isinstance(self.content, list) else "".join(p.text for p in self.content)
+        """The message as serve.chat renders it: text parts joined by newlines, as llama-server b11434 joins them."""
+        content = self.content if not isinstance(self.content, list) else "\n".join(p.text for p in self.content)
         return {"role": self.role, "content": content, **({"name": self.name} if self.name else {})}
 
 

@@ -114,26 +114,35 @@ def generation_defaults(n_ctx: int) -> dict:
     fields = LlamaCompletionRequest.model_fields
     params = {name: fields[name].default for name in ("n_predict", "seed", "temperature", "top_k", "top_p", "min_p",
                                                      "stream", "ignore_eos", "cache_prompt")}
-    return {"n_ctx": n_ctx, "params": {**params, "stop": [], "samplers": ["top_k", "top_p", "min_p", "temperature"]}}
+    return {"params": {**params, "max_tokens": params["n_predict"], "stop": [],
+                       "samplers": ["top_k", "top_p", "min_p", "temperature"]}, "n_ctx": n_ctx}
 
 
 def _props(served) -> dict:
+    """llama-server b11434's GET /props fields (recorded on Gemma 3 270M), lookupkit's values; beyond them a
+    `lookupkit` object saying which chat template is used and why."""
     chat = served.chat
     return {"default_generation_settings": generation_defaults(served.n_ctx_slot),
             "total_slots": len(served.engine.slots), "model_alias": served.model_id, "model_path": served.model_path,
-            "modalities": {"vision": False, "audio": False}, "endpoint_slots": True, "endpoint_props": False,
-            "endpoint_metrics": True, "webui": False, "chat_template": chat.source,
-            "chat_template_caps": {}, "bos_token": chat.bos, "eos_token": chat.eos,
-            "build_info": f"lookupkit {__version__}", "n_ctx": served.n_ctx_slot * len(served.engine.slots),
-            "lookupkit": {"chat_template": chat.describe(), "chatml_fallback": chat.source == CHATML_SOURCE}}
+            "modalities": {"vision": False, "video": False, "audio": False}, "endpoint_slots": True,
+            "endpoint_props": False, "endpoint_metrics": True, "ui": False, "ui_settings": {},
+            "chat_template": chat.source, "chat_template_caps": CHATML_CAPS if chat.source == CHATML_SOURCE else {},
+            "bos_token": chat.bos, "eos_token": chat.eos, "build_info": f"lookupkit {__version__}",
+            "is_sleeping": False, "lookupkit": {"chat_template": chat.describe()}}
+
+
+# what llama-server b11434's /props says its ChatML fallback supports (other templates: not analysed, {})
+CHATML_CAPS = {"supports_object_arguments": False, "supports_parallel_tool_calls": False,
+               "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
+               "supports_string_content": True, "supports_system_role": True, "supports_tool_calls": False,
+               "supports_tools": False, "supports_typed_content": False}
 
 
 def _slot(served, slot) -> dict:
-    job = slot.job
+    """llama-server's fields of an idle slot, and lookupkit's drafting of the slot's current or last request."""
     drafter = slot.drafter
-    return {"id": slot.seq, "id_task": -1, "n_ctx": served.n_ctx_slot, "speculative": drafter is not None,
-            "is_processing": job is not None,
-            "params": generation_defaults(served.n_ctx_slot)["params"],
+    return {"id": slot.seq, "n_ctx": served.n_ctx_slot, "speculative": drafter is not None,
+            "is_processing": slot.job is not None,
             "lookupkit": {"draft_sources": list(served.sources) if drafter is not None else [],
                           "last_draft_sources": list(getattr(drafter, "last_sources", []) or []),
                           "drafted": getattr(slot, "drafted", 0), "accepted": getattr(slot, "accepted", 0),
