@@ -173,3 +173,22 @@ def test_unknown_routes_name_the_utility_endpoints(url):
     r = httpx.get(f"{url}/no-such-route", timeout=WAIT_S)
     assert r.status_code == 404 and "POST /tokenize" in r.json()["error"]["message"]
     assert httpx.get(f"{url}/tokenize", timeout=WAIT_S).status_code == 405
+
+
+def test_a_template_that_refuses_messages_is_a_400_and_one_that_cannot_render_is_refused_at_start(tiny_gguf):
+    refuses = ("{% if messages[0].role == 'system' %}{{ raise_exception('this template has no system role') }}{% endif %}"
+               "{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    served = open_server(tiny_gguf, n_draft=0, n_ctx=512, threads=1, chat_template=refuses)
+    try:
+        with running(served) as base:
+            for path in ("/apply-template", "/v1/chat/completions"):
+                refused(post(base, path, {"messages": CHAT}), "cannot render these messages",
+                        "this template has no system role", param="messages")
+            assert post(base, "/apply-template", {"messages": CHAT[1:]}).json() == {"prompt": "Say hi\n"}
+            still_serving(base)
+    finally:
+        served.llm.close()
+    from lookupkit.errors import InputError
+
+    with pytest.raises(InputError, match="cannot render one user message: boom"):
+        open_server(tiny_gguf, n_draft=0, n_ctx=512, threads=1, chat_template="{{ raise_exception('boom') }}")
