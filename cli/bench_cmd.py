@@ -10,7 +10,7 @@ import typer
 
 from lookupkit.files import ensure_dir
 from lookupkit.errors import InputError
-from lookupkit.cli.common import guarded
+from lookupkit.cli.common import guarded, progress
 
 
 EXAMPLES = """Examples:
@@ -40,6 +40,7 @@ def bench(
                                            help="Report this `python -m lookupkit.bench.startup` result instead of "
                                                 "the study's own start-up section."),
     no_startup: bool = typer.Option(False, "--no-startup", help="Skip the start-up measurements."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar and no log of the study's steps."),
 ) -> None:
     """Build, open and replay static caches of several corpus sizes; write results, report and plots."""
     from lookupkit.bench.study.plots import make_plots
@@ -59,7 +60,19 @@ def bench(
             cfg.runs = runs
         if size_list is not None:
             cfg.sizes = size_list
-        results = Study(cfg, log=lambda m: typer.echo(m, err=True)).run_all()
+        with progress(not quiet) as bar:
+            task_id = None
+
+            def on_stage(description: str, stages: int) -> None:
+                nonlocal task_id
+                if task_id is None:
+                    task_id = bar.add_task(description, total=stages, rate="")
+                else:
+                    bar.update(task_id, advance=1, description=description)
+
+            results = Study(cfg, log=lambda m: None if quiet else typer.echo(m, err=True), on_stage=on_stage).run_all()
+            if task_id is not None:
+                bar.update(task_id, advance=1)
     else:
         results = _results_file(report_only)
     extra = [_results_file(c, "--calibration") for c in calibration or []]

@@ -1,5 +1,5 @@
-"""`lookupkit inspect | verify | convert`: look into, check and convert static cache files (inspect also shows a
-served history's state file, `.lkh`).
+"""`lookupkit inspect | verify | convert`: look into, check and convert static cache files (inspect and verify
+also take a served history's state file, `.lkh`: one verify for every file inspect reads).
 
 Each command is a library call (StaticCache, formats) plus printing; errors become one line and exit 2.
 """
@@ -18,8 +18,8 @@ from lookupkit.formats import lkc_suffix
 from lookupkit.static import StaticCache
 from lookupkit.cli.common import guarded, print_json
 
-PATH = typer.Argument(..., help="cache file: .lkc, .lkc.zst, .ggngcmap or llama.cpp legacy (.lcs)")
 INSPECT_PATH = typer.Argument(..., help="cache file (.lkc, .lkc.zst, .ggngcmap, .lcs) or a history state (.lkh)")
+HISTORY_SUFFIX = ".lkh"  # lookupkit serve --state's files (formats/history_state.py)
 JSON = typer.Option(False, "--json", help="print JSON instead of text")
 
 
@@ -83,12 +83,12 @@ def _print_text(info: dict) -> None:
 
 def _history_state(path: Path) -> dict | None:
     """A `.lkh` file's header and each tenant's counts, every check of formats/history_state.py passed; None if
-    the file does not start with its magic."""
+    the file neither starts with its magic nor is named `.lkh` (a damaged `.lkh` is refused as one)."""
     from lookupkit.files import open_input
     from lookupkit.formats import history_state
 
     with open_input(path, "file") as f:
-        if f.read(len(history_state.MAGIC)) != history_state.MAGIC:
+        if f.read(len(history_state.MAGIC)) != history_state.MAGIC and path.suffix.lower() != HISTORY_SUFFIX:
             return None
     logs, head = history_state.read(path)
     tenants = [{"id": t.id, "budget": t.budget, "n_positions": len(t.log),
@@ -96,6 +96,7 @@ def _history_state(path: Path) -> dict | None:
                for t in logs]
     return {"file": str(path), "bytes": path.stat().st_size,
             **{k: head[k] for k in ("format", "format_version", "vocab", "budget", "tenant_budget", "tool")},
+            "n_vocab": head.get("n_vocab"),
             "tenants": tenants, "n_positions": sum(t["n_positions"] for t in tenants),
             "n_sequences": sum(t["n_sequences"] for t in tenants), "learnt": sum(t["learnt"] for t in tenants)}
 
@@ -130,8 +131,24 @@ def inspect(path: Path = INSPECT_PATH, json: bool = JSON) -> None:
 
 
 @guarded
-def verify(path: Path = PATH, json: bool = JSON) -> None:
-    """Check every checksum and every bound of a cache file (reads all of it); exit 2 if anything is wrong."""
+def verify(path: Path = INSPECT_PATH, json: bool = JSON) -> None:
+    """Check every checksum and every bound of a cache file or a history state (reads all of it); exit 2 if
+    anything is wrong."""
+    history = _history_state(path)
+    if history is not None:
+        checks = ["preamble: magic, version, byte order, sizes", "header: sha256, JSON, every field and type",
+                  "each tenant's log: place, length, sha256", "every budget within its bounds, counts match the logs",
+                  "token ids >= -1" + (f" and < n_vocab {history['n_vocab']:,}" if history["n_vocab"] else
+                                       " (the file records no vocabulary size: ids not bounded above)")]
+        if json:
+            print_json({"file": str(path), "format": "lkh", "tenants": len(history["tenants"]),
+                        "n_positions": history["n_positions"], "checks": checks})
+            return
+        typer.echo(f"ok: {path} (lkh v{history['format_version']}): {len(history['tenants']):,} tenant"
+                   f"{'s' * (len(history['tenants']) != 1)}, {history['n_positions']:,} positions")
+        for check in checks:
+            typer.echo(f"  checked: {check}")
+        return
     with StaticCache.open(path) as cache:
         result = cache.verify()
     if json:

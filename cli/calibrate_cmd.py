@@ -15,7 +15,7 @@ from lookupkit.files import check_writable
 from lookupkit.integrations.compare import BUSY_CORES
 from lookupkit.verify_cost import save_curve
 from lookupkit.rules import MAX_DRAFT, PARALLEL_MAX
-from lookupkit.cli.common import guarded, print_json
+from lookupkit.cli.common import guarded, print_json, progress
 
 
 EXAMPLES = """Examples:
@@ -44,6 +44,7 @@ def calibrate(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Threads for single tokens and batches "
                                           "alike (default: llama-cpp-python's, which differ)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole result, raw timings included, as JSON."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar and no estimate of the time it takes."),
 ) -> None:
     """Measure the cost of evaluating 1 + k tokens against 1 (k = 1..max-k) at a realistic context position."""
     from lookupkit.integrations.calibrate import calibrate as measure  # (imports llama-cpp-python)
@@ -52,7 +53,19 @@ def calibrate(
     model = models.resolve(model)
     if out is not None:
         check_writable(out)  # before minutes of measuring, not after
-    result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads, slots=slots)
+    with progress(not (quiet or as_json)) as bar:
+        task = bar.add_task(f"sweeps of 1..{max_k + 1} tokens" + (f" and steps of 2{f'..{slots}' if slots > 2 else ''} slots" if slots > 1 else ""),
+                            total=reps + 1, rate="")
+
+        def on_sweep(done: int, total: int, seconds: float) -> None:
+            bar.update(task, completed=done, rate=f"{seconds / done:.2f} s/sweep")
+            if done == 1 and not quiet:  # the warm-up sweep: every size measured once
+                estimate = f"calibrate: the first of {total} sweeps took {_duration(seconds)}; the whole run will " \
+                           f"take about {_duration(seconds * total)}"
+                bar.note(estimate) if not as_json else typer.echo(estimate, err=True)
+
+        result = measure(model, reps=reps, max_k=max_k, position=position, threads=threads, slots=slots,
+                         on_sweep=on_sweep)
     if out is not None:
         save_curve(result, out)
     if as_json:
@@ -80,6 +93,10 @@ def calibrate(
                    "verdict uncertain with such a curve)", err=True)
     if out is not None:
         typer.echo(f"wrote {out}")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def falls(curve: dict, spread: dict) -> list[str]:

@@ -92,12 +92,48 @@ def _jsonable(obj: Any) -> Any:
 
 
 def progress(enabled: bool = True) -> Progress:
-    """A rich progress display on stderr; silent when disabled (--quiet, --json). Its rate column is each
-    task's `rate` field, the work's own rate (build.pipeline: rich's short-window estimate read 20x high)."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
-                    TextColumn("{task.fields[rate]}"),
-                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled, transient=False,
-                    console=_stderr_console())
+    """Progress of long work on stderr: on a terminal, rich's bars with the time left; anywhere else (a log
+    file, a pipe, CI) one plain line per stage, when it starts; nothing when disabled (--quiet, --json). Its
+    rate column is each task's `rate` field, the work's own rate (build.pipeline: rich's short-window
+    estimate read 20x high); `note(text)` prints a line above the bars (or as one more plain line)."""
+    console = _stderr_console()
+    live = enabled and console.is_terminal and not console.is_dumb_terminal
+    return Stages(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                  disable=not live, transient=False, console=console, plain=enabled and not live)
+
+
+class Stages(Progress):
+    """rich's Progress, or, with plain, one line per stage: a task added, or given a new description (rich
+    would print its bars once, at the end)."""
+
+    def __init__(self, *columns, plain: bool = False, **kwargs):
+        super().__init__(*columns, **kwargs)
+        self.plain = plain
+
+    def add_task(self, description, *args, **kwargs):
+        if self.plain:
+            from rich.text import Text
+
+            total = kwargs.get("total", args[1] if len(args) > 1 else None)
+            size = f" ({total:,.0f})" if isinstance(total, (int, float)) and total else ""
+            typer.echo(f"{Text.from_markup(str(description)).plain}{size} ...", err=True)
+        return super().add_task(description, *args, **kwargs)
+
+    def update(self, task_id, *args, **kwargs):
+        """As rich's; with plain, a new description (a task's next stage: generate's runs) is one more line."""
+        if self.plain and kwargs.get("description") not in (None, self._tasks[task_id].description):
+            from rich.text import Text
+
+            rate = kwargs.get("rate")
+            typer.echo(Text.from_markup(str(kwargs["description"])).plain + (f": {rate}" if rate else ""), err=True)
+        return super().update(task_id, *args, **kwargs)
+
+    def note(self, text: str) -> None:
+        if self.plain:
+            typer.echo(text, err=True)
+        elif not self.disable:
+            self.console.print(text, markup=False, highlight=False)
 
 
 def _stderr_console():

@@ -26,6 +26,7 @@ from lookupkit.rules import ENGINE_DRAFT, HISTORY_BUDGET, HISTORY_TENANTS, LEARN
 from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import (LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS, VERIFY_COST, LearnMode,
                                          PolicyName)
+from lookupkit.serve.chat import LEGACY
 from lookupkit.serve.state import SAVE_EVERY
 
 
@@ -37,6 +38,7 @@ EXAMPLES = """Examples:
   lookupkit serve -m gemma-3-270m -lcs gemma-wiki100.lkc --policy lookupkit --verify-cost gemma.curve.json
   lookupkit serve -m model.gguf --parallel 4 -c 8192 --port 0       # 4 slots of 2048 tokens, any free port
   lookupkit serve -m gemma-3-270m --draft 0                         # no drafting: the plain baseline
+  lookupkit serve -m gemma-3-270m --no-jinja --chat-template gemma   # chat in Gemma's turns (default: ChatML)
   lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --state served.lkh   # learns, kept across restarts
   lookupkit serve -m gemma-3-270m --policy lookupkit --learn history --api-key-file keys.txt  # each key learns apart
 
@@ -95,6 +97,17 @@ def serve_cmd(
                                              f"learnt requests (default {SAVE_EVERY}; 0: at shutdown only)."),
     state_reset: bool = typer.Option(False, "--state-reset", help="--state: start from an empty history, ignoring "
                                      "(and at the next save replacing) the FILE, e.g. one refused as corrupt."),
+    alias: Optional[str] = typer.Option(None, "-a", "--alias", metavar="NAME", help="The model's name in /v1/models, "
+                                        "/props and every response (default: the model's name or file name)."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", metavar="NAME|TEMPLATE", help="Chat's "
+                                                "template instead of the GGUF's: a Jinja template's text, chatml, or, "
+                                                f"with --no-jinja, a llama.cpp built-in format ({', '.join(LEGACY)}); "
+                                                "as llama-server, Jinja renders another name as its own text (default: "
+                                                "the GGUF's tokenizer.chat_template, else ChatML, as llama-server)."),
+    chat_template_file: Optional[Path] = typer.Option(None, "--chat-template-file", metavar="FILE", help="As "
+                                                      "--chat-template, the template read from FILE."),
+    jinja: bool = typer.Option(True, "--jinja/--no-jinja", help="Render the template with Jinja (llama-server's "
+                               "default), or as the llama.cpp built-in format it names or resembles."),
 ) -> None:
     """Serve the model over HTTP (OpenAI /v1 API and llama-server's /completion), drafting with lookupkit."""
     from lookupkit.integrations.engines import require
@@ -113,7 +126,8 @@ def serve_cmd(
                          verify_cost=verify_cost, n_draft=n_draft, n_ctx=n_ctx, threads=threads, parallel=parallel,
                          queue=queue, learn=learn.value, history_budget=history_budget, state=state,
                          state_reset=state_reset, save_every=save_every, learn_scope=learn_scope,
-                         tenant_budget=tenant_budget, api_keys=api_key, api_key_file=api_key_file)
+                         tenant_budget=tenant_budget, api_keys=api_key, api_key_file=api_key_file, alias=alias,
+                         chat_template=chat_template, chat_template_file=chat_template_file, jinja=jinja)
     try:
         sock = _listen(host, port)
         for what, seconds, detail in served.loaded:
@@ -124,7 +138,7 @@ def serve_cmd(
                    f"tokens, {how}; ready in {_duration(time.perf_counter() - t0)}")
         address = sock.getsockname()
         typer.echo(f"listening on http://{address[0]}:{address[1]} (OpenAI API at /v1; /completion, /health, "
-                   f"/metrics)")
+                   f"/metrics, /tokenize, /detokenize, /apply-template, /props, /slots)")
         sys.stdout.flush()
         _log_to_stderr()
         config = uvicorn.Config(make_app(served), log_level="warning", access_log=False, lifespan="on",

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from lookupkit.cli.common import guarded, print_json
+from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.rules import DEFAULT_CTX
 
 EXAMPLES = """Examples:
@@ -43,6 +43,7 @@ def tune_policy(
     out: Path = typer.Option(..., "-o", "--output", metavar="OUT", help="Where the tables JSON goes (written "
                              "atomically)."),
     as_json: bool = typer.Option(False, "--json", help="Print what the tables were learnt on as JSON."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress bar."),
 ) -> None:
     """Learn lookupkit's policy tables (P(a source's candidate is accepted)) on held-out text or generations."""
     from lookupkit.corpora import read_token_file
@@ -54,8 +55,20 @@ def tune_policy(
     with StaticCache.open(cache) as static:
         if ids is not None:
             static.check_ids(ids)
-        tables, about = tuning.tune(static, tokens=ids, tokens_name=str(tokens), generations_file=generations,
-                                    task=task, slice_=slice_, n_ctx=ctx_size)
+        with progress(not (quiet or as_json)) as bar:
+            task_id = n_stages = None
+
+            def on_stage(description: str, stages: int) -> None:
+                nonlocal task_id, n_stages
+                if task_id is None:
+                    task_id, n_stages = bar.add_task(description, total=stages, rate=""), stages
+                else:
+                    bar.update(task_id, advance=1, description=description)
+
+            tables, about = tuning.tune(static, tokens=ids, tokens_name=str(tokens), generations_file=generations,
+                                        task=task, slice_=slice_, n_ctx=ctx_size, on_stage=on_stage)
+            if task_id is not None:
+                bar.update(task_id, completed=n_stages)
     confidence.save(tables, out, about)
     if as_json:
         print_json({"output": str(out), **about})

@@ -4,7 +4,8 @@ A 64-byte preamble like `.lkc`'s (magic, version, byte-order marker, header leng
 size), a UTF-8 JSON header (vocabulary, budgets, and per tenant its id, counts and log section with its
 sha256), then the tenants' logs one after another: int32 little-endian tokens, each sequence led by -1.
 Version 2 keeps every tenant's log apart, so a file never mixes two tenants' text; version 1 (one History's
-log) is still read, as the one tenant "global". The index is not stored: loading re-indexes each log, so a
+log) is still read, as the one tenant "global". A header may record `n_vocab` (the vocabulary's size; files
+written before it have none): every id must then be below it. The index is not stored: loading re-indexes each log, so a
 file can never hold an index that disagrees with its log. `read` checks everything before anything is
 used: a file that fails any check is refused whole.
 """
@@ -50,8 +51,9 @@ class TenantLog:
     last_used_ms: int = 0
 
 
-def write(path, tenants: list, *, vocab: str | None, budget: int, tenant_budget: int) -> None:
-    """Write the TenantLogs atomically (temp file, fsync, rename over `path`)."""
+def write(path, tenants: list, *, vocab: str | None, budget: int, tenant_budget: int, n_vocab: int | None = None) -> None:
+    """Write the TenantLogs atomically (temp file, fsync, rename over `path`); n_vocab: the vocabulary's size,
+    recorded so that `lookupkit verify` can bound every id (None: not known)."""
     datas = [np.ascontiguousarray(t.log, dtype="<i4").tobytes() for t in tenants]
     entries = [{"id": t.id, "budget": int(t.budget), "n_positions": len(t.log),
                 "n_sequences": int(np.count_nonzero(np.asarray(t.log) == -1)), "learnt": int(t.learnt),
@@ -60,7 +62,7 @@ def write(path, tenants: list, *, vocab: str | None, budget: int, tenant_budget:
                for t, d in zip(tenants, datas)]
     head = {"format": "lkh", "format_version": VERSION, "vocab": vocab, "budget": int(budget),
             "tenant_budget": int(tenant_budget), "tool": {"name": "lookupkit", "version": __version__},
-            "tenants": entries}
+            "tenants": entries, **({"n_vocab": int(n_vocab)} if n_vocab is not None else {})}
     for _ in range(3):  # the offsets depend on the header's length, which depends on the offsets' digits
         header = json.dumps(head, sort_keys=True).encode()
         offset = start = _aligned(PREAMBLE.size + len(header))
@@ -116,6 +118,9 @@ def read(path, expect_vocab: str | None = None) -> tuple[list, dict]:
         head = {**head, "tenant_budget": head["budget"]}
     else:
         entries = head["tenants"]
+    n_vocab = head.get("n_vocab")  # optional (files before it was recorded have none)
+    if n_vocab is not None and (isinstance(n_vocab, bool) or not isinstance(n_vocab, int) or n_vocab < 1):
+        raise bad("the header's 'n_vocab' is not a vocabulary size")
     offset = _aligned(PREAMBLE.size + n_header)  # where the next log must start (version 1: anywhere aligned)
     tenants, ids = [], set()
     for entry in entries:
@@ -137,6 +142,9 @@ def read(path, expect_vocab: str | None = None) -> tuple[list, dict]:
         log = np.frombuffer(data, dtype="<i4").astype(np.int32)
         if len(log) and int(log.min()) < -1:
             raise bad(f"tenant {name}'s log holds an id {int(log.min())} below -1")
+        if len(log) and n_vocab is not None and int(log.max()) >= n_vocab:
+            raise bad(f"tenant {name}'s log holds the id {int(log.max())}, outside the vocabulary of {n_vocab:,} "
+                      f"tokens the file records")
         if (entry["n_positions"] > entry["budget"] or entry["budget"] > head["budget"]
                 or entry["n_sequences"] != int(np.count_nonzero(log == -1))):
             raise bad(f"tenant {name}'s counts or budget do not match its log or the file's budget")

@@ -160,7 +160,7 @@ def test_runs_overrides_either_preset(tmp_path, monkeypatch, quick):
     seen = []
 
     class Stop(study.Study):
-        def __init__(self, cfg, log):
+        def __init__(self, cfg, log, on_stage=None):
             seen.append(cfg)
 
         def run_all(self):

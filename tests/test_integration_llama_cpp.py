@@ -295,6 +295,15 @@ def test_calibrate_command_prints_the_curve_and_writes_json(tiny_gguf, tmp_path)
     assert "the first drafted token alone costs" in r.output and "cores meanwhile" in r.output
     assert re.search(r"^   1  +\d+\.\d{3} +\d+\.\d{3}-\d+\.\d{3}$", r.output, re.M), r.output
     assert sorted(json.loads(out.read_text())["curve"]) == ["0", "1", "2", "3"]
+    # off a terminal, one line per stage, and after the first sweep how long the whole run takes (issue 34)
+    lines = [line for line in r.stderr.splitlines() if not line.startswith("warning: ")]  # (a busy machine's)
+    assert lines[0] == "sweeps of 1..4 tokens and steps of 2 slots (3) ..." and len(lines) == 2, r.stderr
+    assert re.fullmatch(r"calibrate: the first of 3 sweeps took \d+\.\d s; the whole run will take about \d+\.\d s",
+                        lines[1]), lines[1]
+    quiet = CliRunner().invoke(app, ["calibrate", "-m", str(tiny_gguf), "--reps", "1", "--max-k", "1", "--position",
+                                     "16", "--threads", "1", "-q"])
+    assert quiet.exit_code == 0 and "per drafted position" in quiet.stdout
+    assert all(line.startswith("warning: ") for line in quiet.stderr.splitlines()), quiet.stderr
     bad = CliRunner().invoke(app, ["calibrate", "-m", str(tmp_path / "curve.json")])
     assert bad.exit_code == 2 and "is not a GGUF model file" in bad.output
 

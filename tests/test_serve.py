@@ -3,7 +3,7 @@
 Greedy output, streamed or not, through every endpoint, is generate()'s plain greedy output while the
 server drafts (the server's drafts are verified in batches shared by two slots); a seed gives the same
 sampled text drafted or not; concurrent clients each get their sequential run's output; stop strings,
-max_tokens and the chat template (as llama-cpp-python renders it) behave as they should.
+max_tokens and the chat template (as llama-server renders it) behave as they should.
 """
 
 from __future__ import annotations
@@ -107,28 +107,33 @@ def test_stop_strings_cut_the_text_streamed_or_not(server, ref):
     assert body["content"] == want and body["stop_type"] == "word" and body["stopping_word"] == stop
 
 
-def test_chat_is_rendered_as_llama_cpp_python_renders_it(server, ref, tiny_gguf, tmp_path):
+def test_chat_is_rendered_by_the_ggufs_template_or_chatml_as_llama_server_renders_it(server, ref, tiny_gguf,
+                                                                                    tmp_path):
+    """No template in the GGUF: llama-server's ChatML fallback; one in it: that template through Jinja. Either
+    way the chat answer is /completion's greedy answer to the rendered prompt, streamed or not."""
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-    want = ref.create_chat_completion(messages=messages, temperature=0, max_tokens=24, repeat_penalty=1.0)
-    r = openai_client(server).chat.completions.create(model="t", messages=messages, temperature=0, max_tokens=24)
-    assert r.choices[0].message.content == want["choices"][0]["message"]["content"]
-    assert r.usage.prompt_tokens == want["usage"]["prompt_tokens"]
+    prompt = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
+    want = greedy(ref, prompt, 24)
+    r = openai_client(server).chat.completions.create(model="t", messages=messages, temperature=0, max_tokens=24,
+                                                      extra_body={"ignore_eos": True})
+    assert r.choices[0].message.content == ref.detokenize(want).decode("utf-8", "replace")
+    assert r.usage.prompt_tokens == len(ref.tokenize(prompt.encode(), add_bos=True, special=True))
     chunks = list(openai_client(server).chat.completions.create(model="t", messages=messages, temperature=0,
-                                                                max_tokens=24, stream=True))
+                                                                max_tokens=24, stream=True,
+                                                                extra_body={"ignore_eos": True}))
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == r.choices[0].message.content
-    # a GGUF that carries a template: rendered by it (llama-cpp-python's Jinja2ChatFormatter), as Llama does
-    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}<assistant>"
+    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
     model = write_llama_gguf(tmp_path / "chat.gguf", chat_template=template)
-    other = llama_cpp.Llama(model_path=str(model), n_ctx=512, n_threads=1, verbose=False)
-    want = other.create_chat_completion(messages=messages, temperature=0, max_tokens=16, repeat_penalty=1.0)
-    other.close()
     served = open_server(model, n_draft=8, n_ctx=512, threads=1)
-    assert served.chat.name == "chat_template.default"
+    assert "the GGUF's tokenizer.chat_template" in served.chat.describe()
     with running(served) as url:
-        got = openai_client(url).chat.completions.create(model="t", messages=messages, temperature=0, max_tokens=16)
+        shown = httpx.post(f"{url}/apply-template", json={"messages": messages}, timeout=60).json()["prompt"]
+        got = openai_client(url).chat.completions.create(model="t", messages=messages, temperature=0, max_tokens=16,
+                                                         extra_body={"ignore_eos": True})
     served.llm.close()
-    assert got.choices[0].message.content == want["choices"][0]["message"]["content"]
+    assert shown == "<system>Be brief.\n<user>Name a colour.\n<assistant>"
+    assert got.choices[0].message.content == ref.detokenize(greedy(ref, shown, 16)).decode("utf-8", "replace")
 
 
 def test_a_seed_gives_the_same_sample_drafted_or_not(server, plain_server):

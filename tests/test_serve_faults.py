@@ -241,6 +241,9 @@ def test_sigterm_finishes_or_aborts_in_flight_requests_and_exits_0(tiny_gguf):
     for timeout, n, finished in ((5.0, 200, True), (0.5, 4000, False)):
         with process("-m", tiny_gguf, "-c", 4096, "-t", 1, "--shutdown-timeout", timeout) as (proc, url, lines, rest):
             assert any(line.startswith("  model ") for line in lines) and "ready in" in lines[-2]
+            if finished:  # which chat template and why (issue 34): the tiny GGUF has none
+                assert any(line.startswith("  chat template: ") and line.endswith(
+                    "(ChatML, from the GGUF has no tokenizer.chat_template: llama-server's fallback)") for line in lines)
             t = threading.Thread(target=stream, args=(url, timeout, n))
             t.start()
             deadline = time.monotonic() + WAIT_S

@@ -123,6 +123,11 @@ def test_tune_policy_learns_the_tables_confidence_learns_and_refuses_bad_input(t
                             "1000:10000", "-c", "512", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith(f"wrote {out}: learnt on 10,000 held-out tokens with c.lkc (orders [2, 3, 4, 5])")
+    # progress off a terminal: one line per stage (issue 34); nothing with -q
+    assert r.stderr.splitlines() == ["per-source tables (first half) (2) ...", "agreement table (second half)"]
+    quiet = runner.invoke(app, ["tune-policy", "--cache", str(tmp_path / "c.lkc"), "--tokens", str(held), "--slice",
+                                "1000:10000", "-c", "512", "-o", str(tmp_path / "quiet.json"), "-q"])
+    assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout == r.stdout.replace(str(out), str(tmp_path / "quiet.json"))
     with StaticCache.open(tmp_path / "c.lkc") as cache:
         want = confidence.learn(ids[1000:11000], 512, static=cache)
         gens = {"model": "tiny", "text": "test", "seed": 0,

@@ -63,9 +63,10 @@ class StudyConfig:
 
 
 class Study:
-    def __init__(self, cfg: StudyConfig, log: Callable[[str], None] = print):
+    def __init__(self, cfg: StudyConfig, log: Callable[[str], None] = print, on_stage=None):
         self.cfg = cfg
         self.log = log
+        self.on_stage = on_stage or (lambda description, stages: None)  # each stage as it begins, and how many
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y-%m-%d")
         cfg.results_dir.mkdir(parents=True, exist_ok=True)
@@ -202,8 +203,12 @@ class Study:
     def run_all(self) -> Path:
         cfg = self.cfg
         lkc = None
+        last = (1 + cfg.startup + cfg.end_to_end) * bool(cfg.sizes and cfg.sizes[-1])  # after the last size
+        stages = len(cfg.sizes) + last
         for size in cfg.sizes:
-            self.log(f"== {size} {'k tokens' if cfg.corpus.suffix == '.i32' else 'MB'}")
+            unit = 'k tokens' if cfg.corpus.suffix == '.i32' else 'MB'
+            self.on_stage(f"{size} {unit}: build, open, replay", stages)
+            self.log(f"== {size} {unit}")
             lkc = None
             if size:
                 ids = self.prefix_ids(size)
@@ -211,10 +216,13 @@ class Study:
                 self.open_cache(size, lkc)
             self.replay(size, lkc)
         if lkc is not None:
+            self.on_stage("sharing one mapping", stages)
             self.share(cfg.sizes[-1], lkc)
             if cfg.startup:
+                self.on_stage("start-up", stages)
                 self.startup(cfg.sizes[-1], lkc)
             if cfg.end_to_end:
+                self.on_stage("end to end", stages)
                 self.end_to_end(cfg.sizes[-1])
         self.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.data["machine"]["loadavg_at_end"] = loadavg()

@@ -49,6 +49,7 @@ class History:
     def __init__(self, budget: int = HISTORY_BUDGET, vocab=None):
         self.budget = check_budget(budget)
         self.vocab = getattr(vocab, "fingerprint", vocab)
+        self.n_vocab = getattr(vocab, "n_vocab", None)  # recorded in its state file when a Tokenizer gives it
         self.lock = threading.Lock()
         self.learnt = 0  # sequences learnt since the history began (also those evicted since)
         try:
@@ -120,7 +121,7 @@ class History:
 
         log, learnt = self.snapshot()
         history_state.write(path, [history_state.TenantLog(history_state.GLOBAL, log, self.budget, learnt)],
-                            vocab=self.vocab, budget=self.budget, tenant_budget=self.budget)
+                            vocab=self.vocab, budget=self.budget, tenant_budget=self.budget, n_vocab=self.n_vocab)
 
     @classmethod
     def load(cls, path: str | os.PathLike, budget: int | None = None, expect_vocab=None) -> "History":
@@ -132,9 +133,12 @@ class History:
             raise InputError(f"{path} keeps {len(tenants)} tenants' histories apart; History.load reads a file of "
                              f"one (lookupkit serve --state reads them all)")
         if not tenants:
-            return cls(meta["budget"] if budget is None else budget, vocab=meta["vocab"])
-        one = tenants[0]
-        return cls.of_log(one.log, one.budget if budget is None else budget, meta["vocab"], one.learnt)
+            hist = cls(meta["budget"] if budget is None else budget, vocab=meta["vocab"])
+        else:
+            hist = cls.of_log(tenants[0].log, tenants[0].budget if budget is None else budget, meta["vocab"],
+                              tenants[0].learnt)
+        hist.n_vocab = meta.get("n_vocab")
+        return hist
 
     @classmethod
     def of_log(cls, log: np.ndarray, budget: int, vocab=None, learnt: int = 0) -> "History":

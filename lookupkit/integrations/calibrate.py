@@ -36,9 +36,11 @@ from ..rules import MAX_DRAFT, PARALLEL_MAX
 
 
 def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 512, threads: int | None = None,
-              seed: int = 0, slots: int = 1, on_point=None) -> dict:
+              seed: int = 0, slots: int = 1, on_sweep=None) -> dict:
     """Median cost of evaluating 1 + k tokens after `position` tokens, relative to 1 token, k = 0..max_k; with
-    slots > 1, "batch": {n: {rows: cost}} for n = 2..slots sequences. on_point(done, total) after each decode."""
+    slots > 1, "batch": {n: {rows: cost}} for n = 2..slots sequences. on_sweep(done, total, seconds): called after
+    each sweep over the sizes (the first one is the warm-up), with the sweeps done, their number and the seconds
+    since the first began."""
     if not isinstance(reps, int) or reps < 1:
         raise InputError(f"reps must be a whole number >= 1, got {reps!r}")
     if not isinstance(max_k, int) or not 1 <= max_k <= MAX_DRAFT:
@@ -54,7 +56,8 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
 
     n_batch = max(512, slots + max_k)
     # the context generate() runs in (open_model: llama-server's flash attention and SWA cache settings)
-    llm = open_model(model_path, n_ctx=slots * (position + max_k + 1), threads=threads, parallel=slots,
+    per_seq = -(-(position + max_k + 1) // CTX_PAD) * CTX_PAD  # as llama.cpp pads it: each sequence gets all of it
+    llm = open_model(model_path, n_ctx=slots * per_seq, threads=threads, parallel=slots,
                      n_batch=n_batch, n_ubatch=n_batch)
     m = Model(llm)
     batch = Batch(m.lib, n_batch)
@@ -64,7 +67,6 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
     grid = [(n, n + e) for n in range(2, slots + 1) for e in ROWS_GRID if e <= max_k]
     points = [("k", k) for k in sizes] + [("b", p) for p in grid]
     raw: dict = {p: [] for p in points}
-    total, done = (reps + 1) * len(points), 0
     try:
         m.clear()
         for seq in range(slots):
@@ -74,6 +76,7 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
                 m.decode(batch)
         sampler = CpuSampler()
         sampler.start()
+        t_start = time.perf_counter()
         for rep in range(reps + 1):  # the first sweep warms caches and is not kept
             for p in points[rep % len(points):] + points[:rep % len(points)]:
                 n, rows = (1, p[1] + 1) if p[0] == "k" else p[1]
@@ -88,9 +91,8 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
                 dt = time.perf_counter() - t0
                 if rep:
                     raw[p].append(dt)
-                done += 1
-                if on_point is not None:
-                    on_point(done, total)
+            if on_sweep is not None:
+                on_sweep(rep + 1, reps + 1, time.perf_counter() - t_start)
         others = sampler.stop()
     finally:
         batch.free()
@@ -115,6 +117,7 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
     return result
 
 
+CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this (then split evenly between sequences)
 # A server step's drafted rows beyond its slots' own, measured for each slot count (interpolated between): every
 # count to 8, where a curve bends most, then coarser.
 ROWS_GRID = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)

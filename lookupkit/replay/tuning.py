@@ -87,9 +87,13 @@ def generations(path: str | os.PathLike, task: str | None = None) -> tuple[dict,
 
 
 def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens", generations_file=None,
-         task: str | None = None, slice_: str | None = None, n_ctx: int = DEFAULT_CTX) -> tuple[tuple, dict]:
+         task: str | None = None, slice_: str | None = None, n_ctx: int = DEFAULT_CTX,
+         on_stage=None) -> tuple[tuple, dict]:
     """Learn tables with the StaticCache `cache` on held-out token ids (`tokens`, read from the file named
-    `tokens_name`) or on a model's generations (a file); returns (tables, about) for confidence.save."""
+    `tokens_name`) or on a model's generations (a file); returns (tables, about) for confidence.save.
+    on_stage(description, stages): called as each stage begins, with how many there are at most."""
+    stages = 3 if getattr(cache, "suffix", None) is not None else 2
+    stage = on_stage or (lambda description, n: None)
     if (tokens is None) == (generations_file is None):
         raise InputError("give exactly one of --tokens (held-out ids) or --generations (a model's generations)")
     if generations_file is not None:
@@ -108,10 +112,13 @@ def tune(cache, *, tokens: np.ndarray | None = None, tokens_name: str = "tokens"
         seqs, lens = [ids[:len(ids) // 2], ids[len(ids) // 2:]], None
         first, second, chunk = confidence.halves(ids, n_ctx)
         method = "first half: per-source tables; second half: agreement table"
+    stage("per-source tables (first half)", stages)
     table = confidence.learn_sources(first, chunk, cache, None)
     if getattr(cache, "suffix", None) is None or not suffix_on(table):
+        stage("agreement table (second half)", stages)
         tables, gate = (table, confidence.learn_agree(table, second, chunk, cache, None)), None
     else:
+        stage("agreement tables and the suffix source's gate (second half)", stages)
         tables, gate = gate_suffix(table, lambda t: confidence.learn_agree(t, second, chunk, cache, None), cache,
                                    seqs, lens, n_ctx)
     about = {"cache": cache.path.name if cache.path else None, "cache_orders": cache.orders,

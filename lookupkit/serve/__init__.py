@@ -6,7 +6,8 @@ the slots it serves them through and the prompt cache each keeps,
 `sampling` picks tokens and verifies drafts so that drafting never changes the output distribution,
 `text` turns ids into streamed text with stop strings, `protocol` validates requests and shapes
 refusals, `responses` builds OpenAI and llama-server bodies, `metrics` the Prometheus text, `chat` the
-chat template as llama-cpp-python renders it, `tenants` whose history a request drafts from and learns
+chat template as llama-server renders it, `utility` llama-server's /tokenize, /detokenize, /apply-template,
+/props and /slots, `tenants` whose history a request drafts from and learns
 into (--learn history: its API key's or `user`'s, bounded), `state` the tenants' file (--state) and the
 merge of a fleet's files, and `app` the HTTP routes (and API keys). Needs `lookupkit[serve,llama]`;
 nothing here is imported by the load/draft path.

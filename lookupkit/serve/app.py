@@ -1,5 +1,6 @@
 """The HTTP side of `lookupkit serve`: OpenAI's /v1/completions, /v1/chat/completions and /v1/models,
-llama-server's /completion, /health and /metrics, on Starlette + uvicorn.
+llama-server's /completion, /health and /metrics (and its utility endpoints: serve.utility), on Starlette +
+uvicorn.
 
 With API keys (--api-key), every route but /health (a load balancer's probe) answers 401 unless the request
 says `Authorization: Bearer KEY` with one of them, compared in constant time. A request's tenant (whose
@@ -14,7 +15,7 @@ queue, or out of its slot within one step).
 Why this stack: Starlette is the maintained ASGI toolkit FastAPI is built on, and FastAPI's one gain
 here, body models, does not fit: a body must be read as JSON whatever its Content-Type (llama-server
 does; `curl -d` sends form-urlencoded) and parsed by pydantic's own strict JSON parser (NaN, "10" for
-an int and unknown fields refused), which `_body` does in one call. uvicorn serves it (h11, or
+an int and unknown fields refused), which `protocol.read_body` does in one call. uvicorn serves it (h11, or
 httptools when installed). Measured with the model taken out (python -m lookupkit.bench.serve.overhead
 --tokens 20000 --requests 300: a fake engine, ONE token per event, client in another process; 2 CPUs,
 load 0.9): 21.8 us per streamed token on /v1/completions and 19.4 on /completion with h11 (16.1 / 10.7
@@ -30,7 +31,6 @@ import logging
 import time
 from contextlib import asynccontextmanager
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -41,14 +41,15 @@ from starlette.routing import Route
 
 from ..errors import LookupkitError
 from .engine import Busy, Delta, Done, Job
-from .protocol import ApiError, ChatRequest, CompletionRequest, LlamaCompletionRequest, from_validation
+from .protocol import ApiError, ChatRequest, CompletionRequest, LlamaCompletionRequest, read_body
 from .responses import OpenAIBody, llama_chunk, llama_final, sse
 from .sampling import Sampling
 from .tenants import tenant_id
+from . import utility
 
 log = logging.getLogger("lookupkit.serve")
 ROUTES = ("POST /v1/completions, POST /v1/chat/completions, POST /completion, GET /v1/models, /health, /metrics, "
-          "POST /static/reload")
+          "POST /tokenize, POST /detokenize, POST /apply-template, GET /props, GET /slots, POST /static/reload")
 FAILED = {"error": 500, "shutdown": 503, "cancelled": 499}  # a Done that is no answer, and its status (499: the client left)
 
 
@@ -138,19 +139,19 @@ def make_app(served) -> Starlette:
         await run_in_threadpool(served.engine.close)
 
     async def completions(request: Request):
-        body = await _body(request, CompletionRequest)
+        body = await read_body(request, CompletionRequest)
         ids = await _prompt_ids(served, body.prompt)
         limit = _limit(served, body.max_tokens)
         return await _openai(served, request, body, ids, limit, body.stops(), chat=False)
 
     async def chat_completions(request: Request):
-        body = await _body(request, ChatRequest)
+        body = await read_body(request, ChatRequest)
         ids, stops = await run_in_threadpool(served.chat.render, [m.as_dict() for m in body.messages])
         _check_length(served, ids, "messages")
         return await _openai(served, request, body, ids, _limit(served, body.limit()), body.stops() + stops, chat=True)
 
     async def completion(request: Request):
-        body = await _body(request, LlamaCompletionRequest)
+        body = await read_body(request, LlamaCompletionRequest)
         ids = await _prompt_ids(served, body.prompt)
         # n_predict 0: the prompt is only decoded into a slot's cache (llama-server's way to warm it)
         limit = served.n_ctx_slot if body.n_predict < 0 else min(body.n_predict, served.n_ctx_slot)
@@ -188,7 +189,7 @@ def make_app(served) -> Starlette:
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/completion", completion, methods=["POST"]),
               Route("/v1/models", list_models), Route("/health", health), Route("/metrics", metrics),
-              Route("/static/reload", reload_static, methods=["POST"])]
+              Route("/static/reload", reload_static, methods=["POST"]), *utility.routes(served)]
     keys = [Middleware(KeyCheck, served=served)] if served.keys else []
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=_error_handlers(served), middleware=keys)
 
@@ -225,15 +226,6 @@ class KeyCheck:
 def _tenant(request: Request, body) -> str:
     """The request's tenant: its API key's (KeyCheck put it there), else its body's user's, else anonymous."""
     return getattr(request.state, "tenant", None) or tenant_id(user=body.user)
-
-
-async def _body(request: Request, model):
-    """The request body as `model`, whatever its Content-Type (llama-server reads every body as JSON; curl -d
-    sends form-urlencoded): pydantic's own JSON parser, in strict mode."""
-    try:
-        return model.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise from_validation(exc.errors(include_url=False), model) from None
 
 
 async def _openai(served, request: Request, body, ids, limit: int, stops: list, chat: bool):

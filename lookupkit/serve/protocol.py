@@ -15,7 +15,7 @@ from __future__ import annotations
 import reprlib
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .sampling import Sampling
 
@@ -64,6 +64,15 @@ def from_validation(errors: list, model) -> ApiError:
     got = "" if kind == "value_error" else f" (got {reprlib.repr(e.get('input'))})"
     return ApiError(400, f"Invalid value for '{path}': {msg}{got}", param=param,
                     code="invalid_type" if kind.endswith("_type") else "invalid_value")
+
+
+async def read_body(request, model):
+    """A request's body as `model`, whatever its Content-Type (llama-server reads every body as JSON; curl -d
+    sends form-urlencoded): pydantic's own JSON parser, in strict mode; a refusal is an ApiError."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise from_validation(exc.errors(include_url=False), model) from None
 
 
 def _union_tag(part) -> bool:
@@ -167,8 +176,8 @@ class Message(_Body):
     name: str | None = None
 
     def as_dict(self) -> dict:
-        """The message as llama-cpp-python's formatters take it (text parts joined)."""
-        content = self.content if not isinstance(self.content, list) else "".join(p.text for p in self.content)
+        """The message as serve.chat renders it: text parts joined by newlines, as llama-server b11434 joins them."""
+        content = self.content if not isinstance(self.content, list) else "\n".join(p.text for p in self.content)
         return {"role": self.role, "content": content, **({"name": self.name} if self.name else {})}
 
 

@@ -32,6 +32,8 @@ class Served:
     keys: tuple = ()  # the API keys a request must give one of (none: every request is let in)
     lcs: object = None  # the -lcs path, opened again by reload_static
     vocab: object = None  # the model's vocabulary, which a static cache must have
+    model_path: str = ""  # the GGUF served (GET /props)
+    sources: tuple = ()  # what every slot's drafter drafts from (GET /slots)
 
     def reload_static(self) -> str:
         """Open the -lcs file again (O(1): its header checked, then mapped) and have the engine draft from it
@@ -50,15 +52,18 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
                 n_draft: int = 8, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, queue: int = 32,
                 on_batch=None, learn: str = "off", history_budget: int | None = None, state=None,
                 state_reset: bool = False, save_every: int | None = None, learn_scope: str = "tenant",
-                tenant_budget: int | None = None, api_keys=(), api_key_file=None) -> Served:
+                tenant_budget: int | None = None, api_keys=(), api_key_file=None, alias: str | None = None,
+                chat_template: str | None = None, chat_template_file=None, jinja: bool = True) -> Served:
     """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline);
     learn, history_budget, state, state_reset, save_every, learn_scope, tenant_budget: serve.state,
-    serve.tenants and the engine's docstring; api_keys and the lines of api_key_file: the keys let in."""
+    serve.tenants and the engine's docstring; api_keys and the lines of api_key_file: the keys let in; alias:
+    the model's name in responses and /v1/models (llama-server's --alias); chat_template, chat_template_file,
+    jinja: serve.chat."""
     from .. import models, warmup
     from ..integrations.engines import drafter_factory
     from ..integrations.llama_generate import batch_size, model_vocab, open_model
     from ..verify_cost import DEFAULT_COST, VerifyCost
-    from .chat import ChatTemplate
+    from .chat import ChatTemplate, chosen
     from .engine import Engine
     from .metrics import Metrics
 
@@ -69,6 +74,9 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     _check_learning(learn, policy, n_draft, history_budget, state, state_reset, save_every, learn_scope,
                     tenant_budget)
     keys = read_keys(api_keys, api_key_file)
+    if alias is not None and not alias.strip():
+        raise InputError("--alias is empty: give the name clients should see")
+    template = chosen(chat_template, chat_template_file)
     loaded = []
 
     def timed(what: str, fn, detail=""):
@@ -125,15 +133,19 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
             "a Drafter each" if make_drafter else "no drafting")
         metrics.gauge("slots_total", parallel)
         if tenants is not None:
+            tenants.n_vocab = engine.m.n_vocab  # recorded in the state file: verify bounds every id by it
             history_gauges()
-        chat = timed("chat template", lambda: ChatTemplate(llm), lambda c: c.describe())
+        chat = timed("chat template", lambda: ChatTemplate(llm, template, jinja),
+                     lambda c: c.describe())
     except BaseException:
         llm.close()
         raise
-    model_id = str(model) if str(model) in models.MODELS else Path(path).name
+    model_id = alias if alias is not None else str(model) if str(model) in models.MODELS else Path(path).name
+    sources = () if not n_draft else ("context", *("dynamic",) * (dynamic is not None or learn == "dynamic"),
+                                      *("static",) * (static is not None), *("history",) * (learn == "history"))
     return Served(llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id, n_vocab=engine.m.n_vocab,
                   n_ctx_slot=engine.n_ctx_slot, loaded=loaded, tenants=tenants, keeper=keeper, keys=keys,
-                  lcs=lcs if static is not None else None, vocab=vocab)
+                  lcs=lcs if static is not None else None, vocab=vocab, model_path=str(path), sources=sources)
 
 
 def read_keys(keys, key_file) -> tuple:

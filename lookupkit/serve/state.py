@@ -42,7 +42,7 @@ def open_tenants(state, budget: int | None, tenant_budget: int | None, vocab, sc
         budget = head["budget"] if budget is None else budget
         if tenant_budget is None and scope == "tenant" and not _shared(logs) and head["tenant_budget"] <= budget:
             tenant_budget = head["tenant_budget"]  # the file's split of the budget, unless it was one shared History
-        return Tenants.of_logs(logs, budget, tenant_budget, vocab, scope)
+        return Tenants.of_logs(logs, budget, tenant_budget, vocab, scope, head.get("n_vocab"))
     except (FormatError, VocabMismatchError) as exc:
         raise InputError(f"{str(exc).rstrip('.')}; start afresh with {RESET_FLAG} (the file is replaced at the "
                          f"next save) or delete it") from None
@@ -129,6 +129,7 @@ def merge_states(paths: list, out, budget: int | None = None, tenant_budget: int
     if tenant_budget is None and scope == "tenant":
         tenant_budget = min(budget, max(head["tenant_budget"] for _, logs, head in read if not _shared(logs)))
     check_writable(out)
-    merged = Tenants.of_logs([t for _, logs, _ in read for t in logs], budget, tenant_budget, vocab, scope)
+    n_vocab = max((head["n_vocab"] for _, _, head in read if head.get("n_vocab") is not None), default=None)
+    merged = Tenants.of_logs([t for _, logs, _ in read for t in logs], budget, tenant_budget, vocab, scope, n_vocab)
     merged.save(out)
     return merged.describe()

@@ -93,8 +93,10 @@ class Tenants:
     Histories of tenant_budget tokens, and a new tenant beyond that drops the least recently used tenant's.
     Scope "global": one History of the whole budget, whoever asks. Thread-safe."""
 
-    def __init__(self, budget: int, tenant_budget: int | None, vocab, scope: str = "tenant"):
+    def __init__(self, budget: int, tenant_budget: int | None, vocab, scope: str = "tenant",
+                 n_vocab: int | None = None):
         self.budget, self.scope, self.vocab = check_budget(budget, "--history-budget"), check_scope(scope), vocab
+        self.n_vocab = n_vocab  # the vocabulary's size, recorded in the state file (None: not known)
         if scope == "global":
             self.tenant_budget, self.most = self.budget, 1
         else:
@@ -150,14 +152,15 @@ class Tenants:
         from ..formats import history_state
 
         history_state.write(path, self.snapshot(), vocab=self.vocab, budget=self.budget,
-                            tenant_budget=self.tenant_budget)
+                            tenant_budget=self.tenant_budget, n_vocab=self.n_vocab)
 
     @classmethod
-    def of_logs(cls, logs: list, budget: int, tenant_budget: int | None, vocab, scope: str = "tenant") -> "Tenants":
+    def of_logs(cls, logs: list, budget: int, tenant_budget: int | None, vocab, scope: str = "tenant",
+                n_vocab: int | None = None) -> "Tenants":
         """Tenants holding TenantLogs (a state file's). Scope "global": all of them, newest first, in the one
         History; scope "tenant": each in its own, a shared History's (GLOBAL: --learn-scope global's, a
         version 1 file's) as the anonymous tenant's, the most recently used kept when there are too many."""
-        out = cls(budget, tenant_budget, vocab, scope)
+        out = cls(budget, tenant_budget, vocab, scope, n_vocab)
         groups: dict[str, list] = {}
         for t in sorted(logs, key=lambda t: -t.last_used_ms):
             groups.setdefault(GLOBAL if scope == "global" else ANONYMOUS if t.id == GLOBAL else t.id, []).append(t)
