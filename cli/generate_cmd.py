@@ -67,7 +67,7 @@ def generate_cmd(
     _check_numbers(n_draft, n_predict, runs, MAX_RUNS, threads, n_ctx)
     cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
     path = models.resolve(model)
-    from lookupkit.integrations.llama_generate import model_vocab, open_model
+    from lookupkit.integrations.llama_model import model_vocab, open_model
 
     vocab = model_vocab(path)  # a file that is not GGUF is refused here, before anything loads
     static = StaticCache.open(lcs, expect_vocab=vocab) if lcs is not None else None

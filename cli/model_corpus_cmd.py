@@ -62,7 +62,7 @@ def model_corpus_cmd(
     if n_draft:
         cost = VerifyCost.of(verify_cost) if verify_cost is not None else None
         make, _ = drafter_factory(path, policy="lookupkit", verify_cost=cost)
-    from lookupkit.integrations.llama_generate import open_model
+    from lookupkit.integrations.llama_model import open_model
 
     llm = open_model(path, n_ctx=n_ctx, threads=threads, n_draft=n_draft)
     try:

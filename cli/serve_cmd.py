@@ -11,10 +11,8 @@ exits 0 (Ctrl-C: 130). SIGHUP opens the -lcs file again and drafts from it from 
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -27,6 +25,7 @@ from lookupkit.cli.common import guarded
 from lookupkit.cli.model_options import (LCD, LCS, MODEL, POLICY, POLICY_TABLE, THREADS, VERIFY_COST, LearnMode,
                                          PolicyName)
 from lookupkit.serve.chat import LEGACY
+from lookupkit.serve.config import HOST, PORT, QUEUE, SHUTDOWN_S, ServeConfig
 from lookupkit.serve.state import SAVE_EVERY
 
 
@@ -63,11 +62,11 @@ def serve_cmd(
     threads: int = THREADS,
     parallel: int = typer.Option(1, "-np", "--parallel", help="Slots: requests generated at once, their drafts "
                                  "verified in one batch."),
-    queue: int = typer.Option(32, "--queue", help="Requests that may wait for a slot; one more is refused with "
+    queue: int = typer.Option(QUEUE, "--queue", help="Requests that may wait for a slot; one more is refused with "
                               "503 and Retry-After."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8080, "--port", help="Port to listen on (0: any free port, printed)."),
-    shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", metavar="S", help="On SIGTERM, seconds "
+    host: str = typer.Option(HOST, "--host", help="Address to listen on."),
+    port: int = typer.Option(PORT, "--port", help="Port to listen on (0: any free port, printed)."),
+    shutdown_timeout: float = typer.Option(SHUTDOWN_S, "--shutdown-timeout", metavar="S", help="On SIGTERM, seconds "
                                            "requests in flight may take to finish before they are aborted."),
     learn: LearnMode = typer.Option(LearnMode.off, "--learn", help="What a finished request teaches later ones: off "
                                     "(nothing: no request's text reaches another's drafts), dynamic (each slot's "
@@ -112,49 +111,40 @@ def serve_cmd(
     """Serve the model over HTTP (OpenAI /v1 API and llama-server's /completion), drafting with lookupkit."""
     from lookupkit.integrations.engines import require
 
-    uvicorn = require("uvicorn", "uvicorn", "serve")
+    require("uvicorn", "uvicorn", "serve")
     require("starlette", "starlette", "serve")
     from lookupkit.serve.app import make_app
     from lookupkit.serve.startup import open_server
 
-    if not 0 <= port <= 65535:
-        raise InputError(f"--port must be between 0 and 65535, got {port}")
-    if shutdown_timeout < 0:
-        raise InputError(f"--shutdown-timeout must be 0 or more seconds, got {shutdown_timeout}")
-    t0 = time.perf_counter()
-    served = open_server(model, lcs=lcs, lcd=lcd, policy=policy.value, policy_table=policy_table,
+    # every flag is checked here, once
+    config = ServeConfig(model=model, lcs=lcs, lcd=lcd, policy=policy.value, policy_table=policy_table,
                          verify_cost=verify_cost, n_draft=n_draft, n_ctx=n_ctx, threads=threads, parallel=parallel,
                          queue=queue, learn=learn.value, history_budget=history_budget, state=state,
                          state_reset=state_reset, save_every=save_every, learn_scope=learn_scope,
-                         tenant_budget=tenant_budget, api_keys=api_key, api_key_file=api_key_file, alias=alias,
-                         chat_template=chat_template, chat_template_file=chat_template_file, jinja=jinja)
+                         tenant_budget=tenant_budget, api_keys=tuple(api_key), api_key_file=api_key_file, alias=alias,
+                         chat_template=chat_template, chat_template_file=chat_template_file, jinja=jinja, host=host,
+                         port=port, shutdown_timeout=shutdown_timeout)
+    t0 = time.perf_counter()
+    served = open_server(config)
     try:
         sock = _listen(host, port)
-        for what, seconds, detail in served.loaded:
-            typer.echo(f"  {what}: {_duration(seconds)}" + (f" ({detail})" if detail else ""))
-        how = "no drafting" if not n_draft else f"--draft {n_draft}, --policy {policy.value}, --learn {learn.value}"
-        how += f", {len(served.keys)} API key{'s' * (len(served.keys) != 1)}" if served.keys else ", no API key"
-        typer.echo(f"lookupkit serve: {served.model_id}, {parallel} slot{'s' * (parallel > 1)} of {served.n_ctx_slot} "
-                   f"tokens, {how}; ready in {_duration(time.perf_counter() - t0)}")
-        address = sock.getsockname()
-        typer.echo(f"listening on http://{address[0]}:{address[1]} (OpenAI API at /v1; /completion, /health, "
-                   f"/metrics, /tokenize, /detokenize, /apply-template, /props, /slots)")
-        sys.stdout.flush()
-        _log_to_stderr()
-        config = uvicorn.Config(make_app(served), log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=shutdown_timeout + FLUSH_S)
-        # uvicorn handles SIGTERM (stop accepting, wait, shut the app down) and then raises the signal again
-        # for the handler it found installed: with this one, that is a no-op and the command exits 0.
-        signal.signal(signal.SIGTERM, lambda *_: None)
-        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(served,), daemon=True).start())
-        _server_class()(config, served.engine, shutdown_timeout).run(sockets=[sock])
-    finally:
-        try:
-            if served.keeper is not None:
-                served.engine.close()  # its thread learns no more while the last save copies the history
-                typer.echo(f"lookupkit serve: saved the histories to {state} ({served.keeper.close()})")
-        finally:
-            served.llm.close()
+    except BaseException:
+        served.life.close()
+        raise
+    for what, seconds, detail in served.loaded:
+        typer.echo(f"  {what}: {_duration(seconds)}" + (f" ({detail})" if detail else ""))
+    how = "no drafting" if not n_draft else f"--draft {n_draft}, --policy {policy.value}, --learn {learn.value}"
+    how += f", {len(served.keys)} API key{'s' * (len(served.keys) != 1)}" if served.keys else ", no API key"
+    typer.echo(f"lookupkit serve: {served.model_id}, {parallel} slot{'s' * (parallel > 1)} of {served.n_ctx_slot} "
+               f"tokens, {how}; ready in {_duration(time.perf_counter() - t0)}")
+    address = sock.getsockname()
+    typer.echo(f"listening on http://{address[0]}:{address[1]} (OpenAI API at /v1; /completion, /health, "
+               f"/metrics, /tokenize, /detokenize, /apply-template, /props, /slots)")
+    sys.stdout.flush()
+    _log_to_stderr()
+    served.life.serve(sock, make_app(served), shutdown_timeout, FLUSH_S, lambda: _reload(served))
+    if served.life.saved is not None:
+        typer.echo(f"lookupkit serve: saved the histories to {state} ({served.life.saved})")
     typer.echo("lookupkit serve: stopped")
 
 
@@ -168,27 +158,6 @@ def _reload(served) -> None:
         log.warning("SIGHUP: %s", served.reload_static())
     except LookupkitError as exc:
         log.warning("SIGHUP: %s (the server drafts from the cache it had)", exc)
-
-
-def _server_class():
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's server, which on SIGTERM/SIGINT also aborts the engine's jobs after the deadline: their
-        clients get an error event and the end of the stream, not a cut connection."""
-
-        def __init__(self, config, engine, deadline: float):
-            super().__init__(config)
-            self._engine, self._deadline, self._timer = engine, deadline, None
-
-        def handle_exit(self, sig, frame) -> None:
-            super().handle_exit(sig, frame)
-            if self._timer is None:
-                self._timer = threading.Timer(self._deadline, self._engine.close)
-                self._timer.daemon = True
-                self._timer.start()
-
-    return Server
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -154,12 +154,12 @@ def test_generation_stops_at_the_first_eos_drafted_or_not(plain, prompt, eos_llm
 def test_each_emitted_token_is_checked_for_eog_once(plain, prompt, eos_llm, monkeypatch):
     """The end-of-generation check costs one is_eog per emitted token (none after the first EOG is known),
     not a second pass over the step's last token and a rescan of the whole output at the end."""
-    from lookupkit.integrations import llama_generate
+    from lookupkit.integrations import llama_model
 
     m, first = eos_llm
     calls = []
-    real = llama_generate._Model.is_eog
-    monkeypatch.setattr(llama_generate._Model, "is_eog", lambda self, t: calls.append(t) or real(self, t))
+    real = llama_model.Model.is_eog
+    monkeypatch.setattr(llama_model.Model, "is_eog", lambda self, t: calls.append(t) or real(self, t))
     for drafter, stop_at_eos in ((None, True), (Drafter(), True), (None, False), (Drafter(), False)):
         calls.clear()
         g = generate(m, prompt, N_NEW, drafter=drafter, n_draft=32, stop_at_eos=stop_at_eos)
@@ -353,7 +353,7 @@ def test_open_model_sets_llama_servers_defaults_and_drafting_stays_plain(tiny_gg
     from lookupkit.integrations.llama_cpp import open_model
 
     from lookupkit import warmup
-    from lookupkit.integrations.llama_generate import model_vocab
+    from lookupkit.integrations.llama_model import model_vocab
 
     m = open_model(tiny_gguf, n_ctx=1024, threads=1)
     assert warmup.kernels().done() or warmup.kernels().wait() is None  # open_model started the kernels' warm-up

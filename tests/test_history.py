@@ -264,3 +264,18 @@ def test_the_server_opens_a_state_with_its_own_budget_unless_told(tmp_path):
     assert open_tenants(path, None, None, "f" * 64, reset=True).n_tokens == 0
     with pytest.raises(InputError, match="another vocabulary.*start afresh with --state-reset"):
         open_tenants(path, None, None, "e" * 64)
+
+
+def test_a_state_whose_ids_its_vocabulary_cannot_hold_is_refused_where_it_is_read(tmp_path):
+    """Valid checksums, a vocabulary fingerprint that matches, no size recorded (a file from before it was), and
+    ids 2^31-1 and 300000 in its log: read for a tokenizer of 50,257 ids, it is refused in one line, so no drafting
+    loop ever sees those ids; read without one, it loads (the ids are checked where a vocabulary is known)."""
+    from lookupkit import Tokenizer
+
+    tok = Tokenizer.default()
+    hist = History(1 << 12, vocab=tok.fingerprint)  # a fingerprint only: the file records no n_vocab
+    hist.learn([5, 6, 7, 2**31 - 1, 300000, 8])
+    hist.save(tmp_path / "s.lkh")
+    with pytest.raises(FormatError, match=r"token id 2147483647, outside the 50,257 ids"):
+        History.load(tmp_path / "s.lkh", expect_vocab=tok)
+    assert History.load(tmp_path / "s.lkh").n_tokens > 0

@@ -133,9 +133,9 @@ def test_every_emitted_token_is_the_models_greedy_choice_in_its_batch(llm, copy_
 
 
 def test_the_end_of_generation_tokens_are_gemmas(llm):
-    from lookupkit.integrations.llama_generate import _Model
+    from lookupkit.integrations.llama_model import Model
 
-    m = _Model(llm)
+    m = Model(llm)
     eos, end_of_turn = llm.tokenize(b"<eos><end_of_turn>", add_bos=False, special=True)
     assert m.is_eog(eos) and m.is_eog(end_of_turn) and not m.is_eog(llm.tokenize(b"hello", add_bos=False)[0])
 

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 import pytest
 
-from lookupkit.integrations.llama_generate import verify
+from lookupkit.integrations.llama_model import verify
 from lookupkit.serve.sampling import Picker, Sampling
 
 P_MIN = 1e-4

@@ -53,13 +53,14 @@ class FakeEngine:
     def start(self):
         pass
 
-    def close(self, timeout: float = 10.0):
+    def close(self):
         pass
 
     def cancel(self, job):
         job.cancel()
 
     def submit(self, job):
+        from lookupkit.integrations.llama_model import Stop
         from lookupkit.serve.engine import Delta, Done
 
         def run():
@@ -67,7 +68,7 @@ class FakeEngine:
                 if job.cancelled:
                     break
                 job.deliver(Delta([i % 1000], ["x"]))
-            job.deliver(Done("limit", stats={"prompt_n": len(job.prompt), "cache_n": 0, "prompt_s": 0.0,
+            job.deliver(Done(Stop.LENGTH, stats={"prompt_n": len(job.prompt), "cache_n": 0, "prompt_s": 0.0,
                                              "predicted_n": job.max_tokens, "predicted_s": 1.0, "calls": 0,
                                              "drafted": 0, "accepted": 0}))
 
@@ -79,9 +80,10 @@ def measure(http: str, tokens: int, requests: int) -> dict:
 
     from lookupkit.serve.app import make_app
     from lookupkit.serve.metrics import Metrics
+    from lookupkit.serve.config import ServeConfig
     from lookupkit.serve.startup import Served
 
-    served = Served(llm=None, engine=FakeEngine(), metrics=Metrics(), chat=None, model_id="fake", n_vocab=50257,
+    served = Served(config=ServeConfig("fake"), llm=None, engine=FakeEngine(), metrics=Metrics(), chat=None, model_id="fake", n_vocab=50257,
                     n_ctx_slot=10**9)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -26,7 +26,8 @@ def run(argv) -> None:
     a = ap.parse_args(argv)
     from lookupkit import models
     from lookupkit.bench.suffix_code_task import task_dir
-    from lookupkit.integrations.llama_generate import generate, open_model
+    from lookupkit.integrations.llama_generate import generate
+    from lookupkit.integrations.llama_model import open_model
     from lookupkit.bench.serve.tasks import prompts
 
     path = models.resolve(a.model)

@@ -32,7 +32,7 @@ def run(args) -> dict:
     from lookupkit import Drafter, models
     from lookupkit.policy.confidence import for_model
     from lookupkit.integrations.compare import compare
-    from lookupkit.integrations.llama_generate import open_model
+    from lookupkit.integrations.llama_model import open_model
     from lookupkit.static import StaticCache
     from lookupkit.verify_cost import VerifyCost
 

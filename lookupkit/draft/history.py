@@ -128,7 +128,8 @@ class History:
         """A History from a `.lkh` file of one History (every check of formats/history_state.py; a foreign
         vocabulary is refused); budget None: the file's; a smaller one keeps the file's newest tokens. A file
         of several tenants is refused: their texts are never mixed (serve.tenants reads it)."""
-        tenants, meta = read_state(path, getattr(expect_vocab, "fingerprint", expect_vocab))
+        tenants, meta = read_state(path, getattr(expect_vocab, "fingerprint", expect_vocab),
+                                   getattr(expect_vocab, "n_vocab", None))  # (a Tokenizer knows its size)
         if len(tenants) > 1:
             raise InputError(f"{path} keeps {len(tenants)} tenants' histories apart; History.load reads a file of "
                              f"one (lookupkit serve --state reads them all)")
@@ -159,9 +160,10 @@ class History:
         return f"History({self.n_tokens:,} of {self.budget:,} tokens, {self.learnt:,} sequences learnt)"
 
 
-def read_state(path, vocab=None) -> tuple[list, dict]:
-    """A state file's TenantLogs and header (formats.history_state.read: checksums, bounds, `vocab` if given),
-    every budget it records checked too."""
+def read_state(path, vocab=None, n_vocab: int | None = None) -> tuple[list, dict]:
+    """A state file's TenantLogs and header (formats.history_state.read: checksums, bounds, `vocab` if given, ids
+    below the vocabulary size it records), every budget it records checked too, and every id below n_vocab (the
+    size of the vocabulary it will draft for, if known): ids enter the drafting loops here, checked once."""
     from ..formats import history_state
 
     logs, head = history_state.read(path, expect_vocab=vocab)
@@ -170,4 +172,8 @@ def read_state(path, vocab=None) -> tuple[list, dict]:
             check_budget(budget)
     except InputError as exc:
         raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
+    top = max((int(t.log.max()) for t in logs if len(t.log)), default=-1)
+    if n_vocab is not None and top >= n_vocab:
+        raise FormatError(f"{path} is not a history of this vocabulary: it holds the token id {top}, outside the "
+                          f"{n_vocab:,} ids of the vocabulary it would draft for")
     return logs, head

@@ -52,7 +52,7 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
     if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= PARALLEL_MAX:
         raise InputError(f"slots must be between 1 and {PARALLEL_MAX}, got {slots!r}")
     from .compare import CpuSampler
-    from .llama_generate import _Batch as Batch, _Model as Model, open_model
+    from .llama_model import Batch, Model, open_model
 
     n_batch = max(512, slots + max_k)
     # the context generate() runs in (open_model: llama-server's flash attention and SWA cache settings)

@@ -35,7 +35,8 @@ import numpy as np
 
 from .engines import open_static, require
 from .session import Counted
-from .llama_generate import Generation, generate, model_vocab, open_model  # noqa: F401  (the fast path)
+from .llama_generate import Generation, generate  # noqa: F401  (the fast path)
+from .llama_model import model_vocab, open_model  # noqa: F401
 from ..errors import InputError
 from ..rules import ENGINE_DRAFT
 

@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..errors import InputError
 from ..files import atomic_writer
+from ..rules import ENGINE_DRAFT
 
 SEPARATOR = "\n\n"
 
@@ -56,7 +57,7 @@ def prompts(path: str | os.PathLike, prompt_words: int, limit: int, skip: int = 
 
 
 def write_corpus(llm, texts: Iterable[str], out: str | os.PathLike, n_predict: int, make_drafter=None,
-                 n_draft: int = 8, on_document: Callable[[CorpusRun], None] | None = None) -> CorpusRun:
+                 n_draft: int = ENGINE_DRAFT, on_document: Callable[[CorpusRun], None] | None = None) -> CorpusRun:
     """Generate n_predict tokens (or to EOS) after each prompt and write the outputs to `out` (atomic, also
     on KeyboardInterrupt: the finished documents are kept and run.interrupted is set)."""
     import time

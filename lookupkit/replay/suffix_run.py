@@ -31,13 +31,13 @@ from .trace import ReplayTrace
 
 _DEFAULTS = SOURCE_DEFAULTS["suffix"]  # this source's --draft and --ngram-min-match
 DEFAULT_DRAFT, DEFAULT_MIN_MATCH = _DEFAULTS["n_draft"], _DEFAULTS["min_match"]
-MAX_DRAFT = 64  # a run longer than this is cut (--draft's limit)
+MAX_RUN = 64  # the longest run this source drafts in one call (its --draft's limit, below rules.MAX_DRAFT)
 
 
 def check_params(n_draft: int, min_match: int) -> None:
     """Refuse parameters the source cannot use, naming the flag."""
-    if not 1 <= n_draft <= MAX_DRAFT:
-        raise InputError(f"--draft must be between 1 and {MAX_DRAFT} for --source suffix, got {n_draft}")
+    if not 1 <= n_draft <= MAX_RUN:
+        raise InputError(f"--draft must be between 1 and {MAX_RUN} for --source suffix, got {n_draft}")
     if not 1 <= min_match <= MAX_LEN:
         raise InputError(f"--ngram-min-match must be between 1 and {MAX_LEN} for --source suffix, got {min_match}")
 

@@ -1,6 +1,7 @@
 """`lookupkit serve`: an OpenAI-compatible HTTP server (and llama-server's /completion) drafting with lookupkit.
 
-One module per job: `startup` opens everything once (model, caches, tables, kernels, chat template),
+One module per job: `config` checks every setting once (a frozen ServeConfig), `startup` opens everything once
+(model, caches, tables, kernels, chat template), `lifecycle` starts and stops it all in order (one owner),
 `engine` is the thread that owns the llama.cpp context and batches every slot's verify step, `slots`
 the slots it serves them through and the prompt cache each keeps,
 `sampling` picks tokens and verifies drafts so that drafting never changes the output distribution,

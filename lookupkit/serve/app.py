@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, StreamingRespon
 from starlette.routing import Route
 
 from ..errors import LookupkitError
+from ..integrations.llama_model import Stop
 from .engine import Busy, Delta, Done, Job
 from .protocol import ApiError, ChatRequest, CompletionRequest, LlamaCompletionRequest, read_body
 from .responses import OpenAIBody, llama_chunk, llama_final, sse
@@ -50,7 +51,7 @@ from . import utility
 log = logging.getLogger("lookupkit.serve")
 ROUTES = ("POST /v1/completions, POST /v1/chat/completions, POST /completion, GET /v1/models, /health, /metrics, "
           "POST /tokenize, POST /detokenize, POST /apply-template, GET /props, GET /slots, POST /static/reload")
-FAILED = {"error": 500, "shutdown": 503, "cancelled": 499}  # a Done that is no answer, and its status (499: the client left)
+FAILED = {Stop.ERROR: 500, Stop.SHUTDOWN: 503, Stop.CANCELLED: 499}  # a Done that is no answer, its status (499: client gone)
 
 
 class Submitted:
@@ -134,9 +135,9 @@ def make_app(served) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app):
-        served.engine.start()
+        served.life.start()
         yield
-        await run_in_threadpool(served.engine.close)
+        await run_in_threadpool(served.life.stop_engine)
 
     async def completions(request: Request):
         body = await read_body(request, CompletionRequest)
@@ -146,7 +147,8 @@ def make_app(served) -> Starlette:
 
     async def chat_completions(request: Request):
         body = await read_body(request, ChatRequest)
-        ids, stops = await run_in_threadpool(served.chat.render, [m.as_dict() for m in body.messages])
+        ids, stops = await run_in_threadpool(served.life.reading, served.chat.render,
+                                             [m.as_dict() for m in body.messages])
         _check_length(served, ids, "messages")
         return await _openai(served, request, body, ids, _limit(served, body.limit()), body.stops() + stops, chat=True)
 
@@ -279,7 +281,8 @@ async def _prompt_ids(served, prompt) -> list:
         except UnicodeEncodeError:
             raise ApiError(400, "the prompt is not valid Unicode (it holds a lone surrogate escape)",
                            param="prompt") from None
-        ids = await run_in_threadpool(served.llm.tokenize, raw, True, True)  # BOS, special tokens: llama-server's
+        # BOS and special tokens, as llama-server
+        ids = await run_in_threadpool(served.life.reading, served.llm.tokenize, raw, True, True)
     else:
         ids = prompt
         if max(ids) >= served.n_vocab:

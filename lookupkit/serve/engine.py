@@ -3,7 +3,7 @@
 Each slot is one llama.cpp sequence id with its own Drafter (over the one shared static cache). A step
 builds ONE batch: for every generating slot `[last token] + draft` with logits on exactly those rows,
 then prompt chunks of newly admitted requests in the room left (n_batch); one llama_decode; then each
-slot verifies its draft (llama_generate.verify with the request's sampler), drops its rejected positions with llama_memory_seq_rm and
+slot verifies its draft (llama_model.verify with the request's sampler), drops its rejected positions with llama_memory_seq_rm and
 hands its new tokens to its request. This is llama-server's continuous batching with `-np`: slots
 never wait for each other's prompts or drafts to be decoded separately.
 
@@ -49,7 +49,7 @@ import numpy as np
 
 from ..draft.learning import end_sequence
 from ..errors import InputError
-from ..integrations.llama_generate import _Batch, _Model, verify
+from ..integrations.llama_model import Batch, Model, Stop, valid_draft, verify
 from ..verify_cost import StepPricer
 from .sampling import Sampling
 from .slots import EMPTY, Slot, choose
@@ -80,9 +80,9 @@ class Delta:
 
 @dataclass
 class Done:
-    """The end of a request. reason: eos, word (a stop string), limit (max_tokens), ctx (the slot's
-    context is full), cancelled, shutdown or error (message says what failed)."""
-    reason: str
+    """The end of a request. reason: a llama_model.Stop (its CTX: the slot's context is full; ERROR: message says
+    what failed)."""
+    reason: Stop
     text: str = ""
     stats: dict = field(default_factory=dict)
     stopping_word: str = ""
@@ -113,7 +113,7 @@ class Engine:
 
     def __init__(self, llm, make_drafter, *, parallel: int, queue: int, n_draft: int, metrics, on_batch=None,
                  learn: str = "off", on_learnt=None, history_for=None, pricing=None):
-        self.m = _Model(llm)
+        self.m = Model(llm)
         self.n_ctx_slot = int(self.m.lib.llama_n_ctx_seq(self.m.ctx))
         self.n_draft = n_draft if make_drafter is not None else 0
         if self.m.n_batch < parallel * (self.n_draft + 1):
@@ -125,7 +125,7 @@ class Engine:
         self.learn, self.on_learnt, self.history_for = learn, on_learnt, history_for
         self.pricer = StepPricer(pricing) if pricing is not None else None  # drafts priced in their shared step
         self._turn = 0
-        self.batch = _Batch(self.m.lib, self.m.n_batch)
+        self.batch = Batch(self.m.lib, self.m.n_batch)
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
         self._busy = 0
@@ -171,16 +171,17 @@ class Engine:
     def _cancelled(self, job: Job) -> None:
         """A job cancelled before it had a slot: counted, and told (its handler waits for a Done)."""
         self.metrics.inc("requests_total", outcome="cancelled")
-        self._deliver(job, Done("cancelled"))
+        self._deliver(job, Done(Stop.CANCELLED))
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Refuse new jobs, abort the rest (Done "shutdown": their streams end with an error event) and stop
-        the thread, within one step; any thread may call it, more than once."""
+    def close(self) -> None:
+        """Refuse new jobs, abort the rest (Done "shutdown": their streams end with an error event) and wait until
+        the thread has ended: it stops at the end of its step (one n_batch decode at most), so that nothing frees
+        the model under a decode; any other thread may call it, more than once."""
         with self._cv:
             self._closing = True
             self._cv.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
 
     @property
     def busy(self) -> int:
@@ -224,9 +225,9 @@ class Engine:
                 self._step()
         except Exception as exc:  # llama.cpp or a bug: every request is told, none hangs
             log.exception("the engine stopped")
-            self._end_all("error", f"the engine stopped: {exc}")
+            self._end_all(Stop.ERROR, f"the engine stopped: {exc}")
         finally:
-            self._end_all("shutdown", "the server is shutting down: retry on another server, or later")
+            self._end_all(Stop.SHUTDOWN, "the server is shutting down: retry on another server, or later")
             self.batch.free()
 
     def _keep(self, slot: Slot, keep: int) -> int:
@@ -244,7 +245,7 @@ class Engine:
         work, fed, live = [], [], []
         for slot in self.slots:
             if slot.job is not None and slot.job.cancelled:
-                self._finish(slot, Done("cancelled"))
+                self._finish(slot, Done(Stop.CANCELLED))
             elif slot.job is not None and slot.tok is not None:
                 live.append(slot)
         self._turn = (self._turn + 1) % max(1, len(live))  # who prices first goes round
@@ -277,7 +278,7 @@ class Engine:
             m.decode(b)
         except InputError as exc:  # those slots' KV cells are in an unknown state: their requests fail, others go on
             for slot in dict.fromkeys([x[0] for x in work] + fed):
-                self._finish(slot, Done("error", message=str(exc)))
+                self._finish(slot, Done(Stop.ERROR, message=str(exc)))
             return
         self.metrics.inc("decode_calls_total")
         self.metrics.inc("decode_seconds_total", by=time.perf_counter() - t)
@@ -290,7 +291,7 @@ class Engine:
                 slot.t1 = time.perf_counter()
                 self.metrics.inc("prompt_tokens_total", by=len(slot.job.prompt) - slot.cache_n)
                 if slot.job.max_tokens == 0:  # the prompt only (llama-server's n_predict 0): now in the cache
-                    self._finish(slot, Done("limit"))
+                    self._finish(slot, Done(Stop.LENGTH))
                 else:
                     self._emit(slot, [slot.picker(m.row(row))], [], 0)  # may finish the slot (its job is then gone)
             else:
@@ -309,14 +310,13 @@ class Engine:
             draft = slot.drafter.draft(None, k)
         else:
             draft = slot.drafter.draft(None, k, price=self.pricer.price(k))
-        bad = next((i for i, t in enumerate(draft) if not 0 <= t < self.m.n_vocab), None)
-        if bad is not None:
-            self.metrics.inc("draft_refused_tokens_total", by=len(draft) - bad)
+        draft, cut = valid_draft(draft, self.m.n_vocab)
+        if cut:
+            self.metrics.inc("draft_refused_tokens_total", by=cut)
             if not self._warned:
                 self._warned = True
-                log.warning("a draft held token id %d, outside this model's vocabulary of %d: the cache is damaged "
-                            "(check it with lookupkit verify); such drafts are cut there", draft[bad], self.m.n_vocab)
-            draft = draft[:bad]
+                log.warning("a draft held a token id outside this model's vocabulary of %d: the cache is damaged "
+                            "(check it with lookupkit verify); such drafts are cut there", self.m.n_vocab)
         if self.pricer is not None:
             self.pricer.drafted(len(draft), slot.drafter.expected)
         return draft
@@ -327,16 +327,16 @@ class Engine:
             slot.out.append(tok)
             taken.append(tok)
             if not job.ignore_eos and self.m.is_eog(tok):
-                done = Done("eos")
+                done = Done(Stop.EOS)
                 text.append("")
             else:
                 text.append(slot.text.push((tok,)))
                 if slot.text.stopped_by is not None:
-                    done = Done("word", stopping_word=slot.text.stopped_by)
+                    done = Done(Stop.WORD, stopping_word=slot.text.stopped_by)
             if done is None and len(slot.out) >= job.max_tokens:
-                done = Done("limit")
+                done = Done(Stop.LENGTH)
             if done is None and len(job.prompt) + len(slot.out) >= self.n_ctx_slot:
-                done = Done("ctx")
+                done = Done(Stop.CTX)
             if done is not None:
                 break
         slot.tok = taken[-1]
@@ -359,17 +359,17 @@ class Engine:
 
     def _finish(self, slot: Slot, done: Done) -> None:
         job = slot.job
-        done.text = slot.text.finish() if done.reason not in ("cancelled", "error") else ""
+        done.text = slot.text.finish() if done.reason not in (Stop.CANCELLED, Stop.ERROR) else ""
         done.stats = slot.stats()
-        cached = slot.in_cache() if done.reason != "error" else EMPTY  # an error leaves cells of unknown state
+        cached = slot.in_cache() if done.reason != Stop.ERROR else EMPTY  # an error leaves cells of unknown state
         self.m.forget_from(len(cached), slot.seq)
         if slot.drafter is not None:
-            self._learn(slot.drafter, done.reason != "error")
+            self._learn(slot.drafter, done.reason != Stop.ERROR)
         slot.idle(cached)
         with self._cv:
             self._busy -= 1
             self.metrics.gauge("slots_busy", self._busy)
-        self.metrics.inc("requests_total", outcome=done.reason)
+        self.metrics.inc("requests_total", outcome=done.reason.value)
         self._deliver(job, done)
 
     def _learn(self, drafter, ok: bool) -> None:
@@ -378,7 +378,7 @@ class Engine:
         if end_sequence(drafter, self.learn, ok) and self.on_learnt is not None:
             self.on_learnt()
 
-    def _end_all(self, reason: str, message: str) -> None:
+    def _end_all(self, reason: Stop, message: str) -> None:
         for slot in self.slots:
             if slot.job is not None:
                 self._finish(slot, Done(reason, message=message))
@@ -386,7 +386,7 @@ class Engine:
             self._closing = True
             pending, self._pending = list(self._pending), deque()
         for job in pending:
-            self.metrics.inc("requests_total", outcome=reason)
+            self.metrics.inc("requests_total", outcome=reason.value)
             self._deliver(job, Done(reason, message=message))
 
     @staticmethod

@@ -9,8 +9,10 @@ import json
 import time
 import uuid
 
-FINISH = {"eos": "stop", "word": "stop", "limit": "length", "ctx": "length"}  # OpenAI's finish_reason
-STOP_TYPE = {"eos": "eos", "word": "word", "limit": "limit", "ctx": "limit"}  # llama-server's stop_type
+from ..integrations.llama_model import Stop
+
+FINISH = {Stop.EOS: "stop", Stop.WORD: "stop", Stop.LENGTH: "length", Stop.CTX: "length"}  # OpenAI's finish_reason
+STOP_TYPE = {Stop.EOS: "eos", Stop.WORD: "word", Stop.LENGTH: "limit", Stop.CTX: "limit"}  # llama-server's stop_type
 
 
 def timings(stats: dict) -> dict:

@@ -10,30 +10,47 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..rules import MAX_DRAFT, DEFAULT_CTX, PARALLEL_MAX
+from .config import ServeConfig
+from .lifecycle import Lifecycle
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+    from ..tokenizer.vocab import Vocab
+    from .chat import ChatTemplate
+    from .engine import Engine
+    from .metrics import Metrics
+    from .state import StateKeeper
+    from .tenants import Tenants
 
 
 @dataclass
 class Served:
-    """What the handlers share: the Llama (tokenizing), the engine, the chat template, the model's id."""
+    """What the handlers share: the settings, the Llama (tokenizing), the engine, the chat template, the model's id."""
 
-    llm: object
-    engine: object
-    metrics: object
-    chat: object
+    config: ServeConfig
+    llm: "Llama"
+    engine: "Engine"
+    metrics: "Metrics"
+    chat: "ChatTemplate"
     model_id: str
     n_vocab: int
     n_ctx_slot: int
     loaded: list = field(default_factory=list)  # (what, seconds, detail) in the order they were opened
-    tenants: object = None  # every tenant's History, a serve.tenants.Tenants (--learn history), else None
-    keeper: object = None  # its serve.state.StateKeeper (--state), else None
+    tenants: "Tenants | None" = None  # every tenant's History (--learn history), else None
+    keeper: "StateKeeper | None" = None  # the --state file's keeper, else None
     keys: tuple = ()  # the API keys a request must give one of (none: every request is let in)
-    lcs: object = None  # the -lcs path, opened again by reload_static
-    vocab: object = None  # the model's vocabulary, which a static cache must have
+    lcs: Path | None = None  # the -lcs path, opened again by reload_static
+    vocab: "Vocab | None" = None  # the model's vocabulary, which a static cache must have
     model_path: str = ""  # the GGUF served (GET /props)
     sources: tuple = ()  # what every slot's drafter drafts from (GET /slots)
+    life: "Lifecycle" = field(init=False, repr=False)  # its one owner: start, stop, the model's readers
+
+    def __post_init__(self):
+        self.life = Lifecycle(self)
 
     def reload_static(self) -> str:
         """Open the -lcs file again (O(1): its header checked, then mapped) and have the engine draft from it
@@ -48,20 +65,12 @@ class Served:
         return f"static cache {self.lcs} opened again in {1e3 * (time.perf_counter() - t):.2f} ms"
 
 
-def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_table=None, verify_cost=None,
-                n_draft: int = 8, n_ctx: int = DEFAULT_CTX, threads: int | None = None, parallel: int = 1, queue: int = 32,
-                on_batch=None, learn: str = "off", history_budget: int | None = None, state=None,
-                state_reset: bool = False, save_every: int | None = None, learn_scope: str = "tenant",
-                tenant_budget: int | None = None, api_keys=(), api_key_file=None, alias: str | None = None,
-                chat_template: str | None = None, chat_template_file=None, jinja: bool = True) -> Served:
-    """Open everything (see the module docstring); n_draft 0 serves without drafting (the plain baseline);
-    learn, history_budget, state, state_reset, save_every, learn_scope, tenant_budget: serve.state,
-    serve.tenants and the engine's docstring; api_keys and the lines of api_key_file: the keys let in; alias:
-    the model's name in responses and /v1/models (llama-server's --alias); chat_template, chat_template_file,
-    jinja: serve.chat."""
+def open_server(model, *, on_batch=None, **settings) -> Served:
+    """Open everything (see the module docstring) for a ServeConfig, or for a model and the config's keyword
+    settings (checked there, once); on_batch: the engine's check hook (tests)."""
     from .. import models, warmup
     from ..integrations.engines import drafter_factory
-    from ..integrations.llama_generate import batch_size, model_vocab, open_model
+    from ..integrations.llama_model import batch_size, model_vocab, open_model
     from ..verify_cost import DEFAULT_COST, VerifyCost
     from .chat import ChatTemplate, chosen
     from .engine import Engine
@@ -70,13 +79,9 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
     from ..draft.history import BUDGET_MIN, History
     from .state import SAVE_EVERY, StateKeeper, open_tenants
 
-    _check(n_draft, n_ctx, threads, parallel, queue)
-    _check_learning(learn, policy, n_draft, history_budget, state, state_reset, save_every, learn_scope,
-                    tenant_budget)
-    keys = read_keys(api_keys, api_key_file)
-    if alias is not None and not alias.strip():
-        raise InputError("--alias is empty: give the name clients should see")
-    template = chosen(chat_template, chat_template_file)
+    c = model if isinstance(model, ServeConfig) else ServeConfig.of(model, **settings)
+    keys = read_keys(c.api_keys, c.api_key_file)
+    template = chosen(c.chat_template, c.chat_template_file)
     loaded = []
 
     def timed(what: str, fn, detail=""):
@@ -85,34 +90,35 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
         loaded.append((what, time.perf_counter() - t, detail(value) if callable(detail) else detail))
         return value
 
-    path = models.resolve(model)
+    path = models.resolve(c.model)
     vocab = timed("model vocabulary", lambda: model_vocab(path), lambda v: v.name)
     static = dynamic = make_drafter = history = tenants = keeper = pricing = None
-    if learn == "history":
-        tenants = timed("history" + (f" {state}" if state is not None else ""), lambda: open_tenants(
-            state, history_budget, tenant_budget, vocab.fingerprint, learn_scope, state_reset), lambda t: t.describe())
+    if c.learn == "history":
+        tenants = timed("history" + (f" {c.state}" if c.state is not None else ""), lambda: open_tenants(
+            c.state, c.history_budget, c.tenant_budget, vocab.fingerprint, c.learn_scope, c.state_reset,
+            len(vocab.tokens)),
+            lambda t: t.describe())
         history = History(BUDGET_MIN, vocab=vocab.fingerprint)  # each slot's Drafter starts empty, and is pointed
-        if state is not None:                                    # at its job's tenant's History (Engine.history_for)
-            keeper = StateKeeper(tenants, state, SAVE_EVERY if save_every is None else save_every)
-    if n_draft:
+        if c.state is not None:                                  # at its job's tenant's History (Engine.history_for)
+            keeper = StateKeeper(tenants, c.state, SAVE_EVERY if c.save_every is None else c.save_every)
+    if c.n_draft:
         from ..static import StaticCache
 
-        if lcs is not None:
-            static = timed(f"static cache {lcs}", lambda: StaticCache.open(lcs, expect_vocab=vocab),
+        if c.lcs is not None:
+            static = timed(f"static cache {c.lcs}", lambda: StaticCache.open(c.lcs, expect_vocab=vocab),
                            "mapped, vocabulary checked")
-        if lcd is not None:
+        if c.lcd is not None:
             from ..formats import read_ngrams
 
-            dynamic = timed(f"dynamic cache {lcd}", lambda: read_ngrams(lcd), lambda t: f"{len(t.ngrams):,} n-grams")
-        if policy == "lookupkit":  # its drafts are priced by what they add to the step all busy slots share
-            pricing = VerifyCost.of(DEFAULT_COST if verify_cost is None else verify_cost)
-        make_drafter, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=policy, policy_table=policy_table,
-                                          verify_cost=pricing, history=history)
-    elif lcs is not None or lcd is not None:
-        raise InputError("--draft 0 serves without drafting: leave out -lcs/-lcd, or give --draft 1 or more")
-    n_batch = batch_size(n_draft, parallel)
-    llm = timed(f"model {path}", lambda: open_model(path, n_ctx=n_ctx, threads=threads, parallel=parallel,
-                                                    n_batch=n_batch), f"{parallel} sequences, n_batch {n_batch}")
+            dynamic = timed(f"dynamic cache {c.lcd}", lambda: read_ngrams(c.lcd),
+                            lambda t: f"{len(t.ngrams):,} n-grams")
+        if c.policy == "lookupkit":  # its drafts are priced by what they add to the step all busy slots share
+            pricing = VerifyCost.of(DEFAULT_COST if c.verify_cost is None else c.verify_cost)
+        make_drafter, _ = drafter_factory(path, static=static, dynamic=dynamic, policy=c.policy,
+                                          policy_table=c.policy_table, verify_cost=pricing, history=history)
+    n_batch = batch_size(c.n_draft, c.parallel)
+    llm = timed(f"model {path}", lambda: open_model(path, n_ctx=c.n_ctx, threads=c.threads, parallel=c.parallel,
+                                                    n_batch=n_batch), f"{c.parallel} sequences, n_batch {n_batch}")
     try:
         timed("drafting kernels (after the model)", warmup.wait_kernels)
         metrics = Metrics()
@@ -126,26 +132,28 @@ def open_server(model, *, lcs=None, lcd=None, policy: str = "llama.cpp", policy_
             if keeper is not None:
                 keeper.learnt()
 
-        engine = timed(f"{parallel} slot{'s' * (parallel > 1)}", lambda: Engine(
-            llm, make_drafter, parallel=parallel, queue=queue, n_draft=n_draft, metrics=metrics, on_batch=on_batch,
-            learn=learn, on_learnt=learnt if tenants is not None else None,
+        engine = timed(f"{c.parallel} slot{'s' * (c.parallel > 1)}", lambda: Engine(
+            llm, make_drafter, parallel=c.parallel, queue=c.queue, n_draft=c.n_draft, metrics=metrics,
+            on_batch=on_batch,
+            learn=c.learn, on_learnt=learnt if tenants is not None else None,
             history_for=tenants.history if tenants is not None else None, pricing=pricing),
             "a Drafter each" if make_drafter else "no drafting")
-        metrics.gauge("slots_total", parallel)
+        metrics.gauge("slots_total", c.parallel)
         if tenants is not None:
             tenants.n_vocab = engine.m.n_vocab  # recorded in the state file: verify bounds every id by it
             history_gauges()
-        chat = timed("chat template", lambda: ChatTemplate(llm, template, jinja),
-                     lambda c: c.describe())
+        chat = timed("chat template", lambda: ChatTemplate(llm, template, c.jinja), lambda ch: ch.describe())
     except BaseException:
         llm.close()
         raise
-    model_id = alias if alias is not None else str(model) if str(model) in models.MODELS else Path(path).name
-    sources = () if not n_draft else ("context", *("dynamic",) * (dynamic is not None or learn == "dynamic"),
-                                      *("static",) * (static is not None), *("history",) * (learn == "history"))
-    return Served(llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id, n_vocab=engine.m.n_vocab,
+    name = str(c.model)
+    model_id = c.alias if c.alias is not None else name if name in models.MODELS else Path(path).name
+    sources = () if not c.n_draft else ("context", *("dynamic",) * (dynamic is not None or c.learn == "dynamic"),
+                                        *("static",) * (static is not None), *("history",) * (c.learn == "history"))
+    return Served(config=c, llm=llm, engine=engine, metrics=metrics, chat=chat, model_id=model_id,
+                  n_vocab=engine.m.n_vocab,
                   n_ctx_slot=engine.n_ctx_slot, loaded=loaded, tenants=tenants, keeper=keeper, keys=keys,
-                  lcs=lcs if static is not None else None, vocab=vocab, model_path=str(path), sources=sources)
+                  lcs=c.lcs if static is not None else None, vocab=vocab, model_path=str(path), sources=sources)
 
 
 def read_keys(keys, key_file) -> tuple:
@@ -166,49 +174,3 @@ def read_keys(keys, key_file) -> tuple:
     if any(not key.strip() or key != key.strip() for key in keys):
         raise InputError("an --api-key is empty or starts or ends with a space: give the key alone")
     return tuple(dict.fromkeys(keys))
-
-
-def _check_learning(learn, policy, n_draft, budget, state, reset, save_every, scope, tenant_budget) -> None:
-    from ..draft.history import check_budget
-    from ..draft.learning import check_learn
-    from ..rules import HISTORY_BUDGET_MAX
-    from .tenants import check_scope, check_tenant_budget
-
-    check_learn(learn)
-    if learn != "off" and not n_draft:
-        raise InputError(f"--learn {learn} learns what drafting uses: it needs --draft 1 or more")
-    if learn == "history" and policy != "lookupkit":
-        raise InputError("--learn history is drafted from by --policy lookupkit only (llama.cpp's rule has no such "
-                         "source; --learn dynamic learns into its dynamic cache)")
-    if learn != "history" and (budget is not None or state is not None or reset or save_every is not None
-                               or scope != "tenant" or tenant_budget is not None):
-        raise InputError("--history-budget, --state, --state-reset, --save-every, --learn-scope and --tenant-budget "
-                         "apply to --learn history only")
-    check_scope(scope)
-    if scope == "global" and tenant_budget is not None:
-        raise InputError("--tenant-budget applies to --learn-scope tenant only (global keeps one History)")
-    if budget is not None:
-        check_budget(budget, "--history-budget")
-    if tenant_budget is not None:  # (against the budget in use: a --state file's unless --history-budget is given)
-        check_tenant_budget(tenant_budget, HISTORY_BUDGET_MAX if budget is None else budget)
-    if state is None and (reset or save_every is not None):
-        raise InputError("--state-reset and --save-every apply to a --state FILE only")
-    if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 0):
-        raise InputError(f"--save-every must be 0 (at shutdown only) or more requests, got {save_every!r}")
-
-
-def _check(n_draft, n_ctx, threads, parallel, queue) -> None:
-    if isinstance(n_draft, bool) or not isinstance(n_draft, int) or not 0 <= n_draft <= MAX_DRAFT:
-        raise InputError(f"--draft must be between 0 (no drafting) and {MAX_DRAFT}, got {n_draft!r}")
-    if not isinstance(parallel, int) or not 1 <= parallel <= PARALLEL_MAX:
-        raise InputError(f"--parallel must be between 1 and {PARALLEL_MAX}, got {parallel!r}")
-    if not isinstance(n_ctx, int) or n_ctx < CTX_MIN * parallel:
-        raise InputError(f"-c must be at least {CTX_MIN} per slot ({CTX_MIN * parallel} for --parallel {parallel}), "
-                         f"got {n_ctx!r}")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise InputError(f"--threads must be at least 1, got {threads!r}")
-    if not isinstance(queue, int) or queue < 0:
-        raise InputError(f"--queue must be 0 or more, got {queue!r}")
-
-
-CTX_MIN = 16  # tokens per slot: -c below this cannot hold a prompt and an answer

@@ -45,20 +45,22 @@ def routes(served) -> list:
     """The utility routes over a startup.Served."""
     async def tokenize(request: Request):
         body = await read_body(request, TokenizeRequest)
-        ids = await run_in_threadpool(_tokenize, served, body)
+        ids = await run_in_threadpool(served.life.reading, _tokenize, served, body)
         if not body.with_pieces:
             return JSONResponse({"tokens": ids})
-        return JSONResponse({"tokens": [{"id": t, "piece": _piece_json(_piece(served, t))} for t in ids]})
+        pieces = await run_in_threadpool(served.life.reading, _pieces, served, ids)
+        return JSONResponse({"tokens": [{"id": t, "piece": _piece_json(p)} for t, p in zip(ids, pieces)]})
 
     async def detokenize(request: Request):
         body = await read_body(request, DetokenizeRequest)
         _check_ids(served, body.tokens, "tokens")
-        text = b"".join(_piece(served, t) for t in body.tokens).decode("utf-8", "replace")
-        return JSONResponse({"content": text})
+        pieces = await run_in_threadpool(served.life.reading, _pieces, served, body.tokens)
+        return JSONResponse({"content": b"".join(pieces).decode("utf-8", "replace")})
 
     async def apply_template(request: Request):
         body = await read_body(request, ApplyTemplateRequest)
-        raw = await run_in_threadpool(served.chat.prompt_bytes, [m.as_dict() for m in body.messages])
+        raw = await run_in_threadpool(served.life.reading, served.chat.prompt_bytes,
+                                      [m.as_dict() for m in body.messages])
         return JSONResponse({"prompt": raw.decode("utf-8")})
 
     async def props(request: Request):
@@ -97,8 +99,9 @@ def _check_ids(served, ids, param: str) -> None:
                        param=param, code="invalid_value")
 
 
-def _piece(served, token: int) -> bytes:
-    return special_piece(served.llm, token)
+def _pieces(served, ids: list) -> list:
+    """Each token's text, special tokens written out (read in the threadpool through Lifecycle.reading)."""
+    return [special_piece(served.llm, t) for t in ids]
 
 
 def _piece_json(piece: bytes):
