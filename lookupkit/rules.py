@@ -1,7 +1,7 @@
 """llama.cpp's prompt-lookup facts and lookupkit's defaults, written once: thresholds, the static weight,
 limits, source codes; each draft source's defaults, the context size, the history's budget, the trust's constants.
 
-From common/ngram-cache.{h,cpp} and examples/lookup (../shared/docs/llama-lookup.md sections 4 and 7).
+From llama.cpp's common/ngram-cache.{h,cpp} and examples/lookup (its drafting rule and lookup-stats' loop).
 Both drafting engines, the replay loops, the Drafter and the CLI read them from here; nothing else
 spells these numbers. lookupkit's two determinism rules (ties go to the smallest token id; an n-gram
 window starting before position 0 is a miss) are behaviour, not constants: see draft.rule_reference.

@@ -11,8 +11,8 @@ The bundled default (lookupkit/data/policy-default.json) was learnt with
     lookupkit tune-policy --cache wiki100-orders.lkc --tokens wiki541.qwen2.i32 \\
         --slice 60000000:400000 -o lookupkit/data/policy-default.json
 
-where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of
-../shared/corpora/wiki541.txt.zst (qwen2) and the slice (tokens 60,000,000 .. 60,400,000 of the whole
+where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of wiki541.txt.zst (qwen2;
+the benchmarks' WikiText-103-like corpus) and the slice (tokens 60,000,000 .. 60,400,000 of the whole
 corpus's ids, about bytes 265-267 MB) lies outside those 100 MB: the tables never see text their cache
 was built from, and never the WikiText-103 test split every evaluation replays (the corpus excludes
 its articles). Gemma 3 270M's table was learnt on its generations (`python -m lookupkit.bench.generations`)
