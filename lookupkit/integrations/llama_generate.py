@@ -2,7 +2,7 @@
 
 Why not `Llama.generate` with a draft model: llama-cpp-python then forces logits for every position
 (the whole prompt included: 262,144 floats per token for Gemma 3) and samples through its sampler
-chain, ~3 ms of Python per token. Here the prompt is decoded once with one logits row (its last);
+chain, Python overhead on every token. Here the prompt is decoded once with one logits row (its last);
 each call then verifies `[last token] + draft` in one batch with logits on exactly those rows, takes
 the argmax of each row in numpy (a view of llama.cpp's float rows, no copy) only as far as it agrees
 with the draft, keeps the agreeing drafted prefix plus one token, and removes the rejected positions
@@ -399,7 +399,7 @@ def check_drafter(drafter, llm) -> None:
 
 
 def model_vocab(model_path, *, wait: bool = True):
-    """engines.gguf_vocab, read once per model file (Gemma's 262,144-token metadata takes ~0.3-0.5 s) in a
+    """engines.gguf_vocab, read once per model file (a large vocabulary's metadata is slow to read) in a
     background thread; wait=False only starts the read (open_model: the model's load hides it)."""
     try:
         st = os.stat(model_path)
