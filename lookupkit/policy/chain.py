@@ -1,7 +1,7 @@
 """The lookupkit policy, compiled: draft a token only while its expected acceptance pays for verifying it.
 
-llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on WikiText-103 most of its
-drafts come from its context 4-gram, its least accepted source, and a badly drafted token costs a verified
+llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on WikiText-103 its context
+4-gram drafts the most tokens and is its least accepted source, and a badly drafted token costs a verified
 position. Here every source proposes its candidate for the next token — the context and dynamic caches
 for n = 1..4 (top follower, share, total), the static 2-gram, the static cache's higher orders
 (counts.high_orders), the longest earlier match in the sequence, the run of tokens that follows the
