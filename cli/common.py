@@ -95,7 +95,7 @@ def progress(enabled: bool = True) -> Progress:
     """Progress of long work on stderr: on a terminal, rich's bars with the time left; anywhere else (a log
     file, a pipe, CI) one plain line per stage, when it starts; nothing when disabled (--quiet, --json). Its
     rate column is each task's `rate` field, the work's own rate (build.pipeline: rich's short-window
-    estimate read 20x high); `note(text)` prints a line above the bars (or as one more plain line)."""
+    estimate read many times too high); `note(text)` prints a line above the bars (or as one more plain line)."""
     console = _stderr_console()
     live = enabled and console.is_terminal and not console.is_dumb_terminal
     return Stages(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),

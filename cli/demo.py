@@ -1,4 +1,4 @@
-"""`lookupkit demo`: the whole job on data every machine has — no download, nothing from ../shared.
+"""`lookupkit demo`: the whole job on data every machine has — no download, no data outside this repository.
 
 Builds a static cache from this Python's standard-library sources with the bundled gpt-2 vocabulary,
 opens it (O(1), mmap), then replays lookupkit's own source code as if a model were writing it:

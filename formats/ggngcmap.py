@@ -1,6 +1,6 @@
 """The constmap fork's static cache file (`ggngcmap`), read and written byte-compatibly.
 
-Layout (../shared/docs/formats.md section 1): u64 magic "ggngcmap" (host order; little-endian here), u64
+Layout (as the fork's llama-lookup-create writes it): u64 magic "ggngcmap" (host order; little-endian here), u64
 n_entries, u64 map_size, n_entries x (int32 token, int32 count), then a fastconstmap VerifiedConstMap
 (VMAP0001) from each 2-gram's 8 key bytes (<ii) to offset << 24 | n_followers; nothing after it.
 Everything is 8-aligned, so `parse` maps it in O(1) like a .lkc. The file stores no 2-gram keys, no

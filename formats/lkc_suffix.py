@@ -1,4 +1,4 @@
-"""The .lkc version-3 sections: a suffix index over the corpus' token ids (SPEC.md, issue 15).
+"""The .lkc version-3 sections: a suffix index over the corpus' token ids (SPEC.md).
 
 Four sections: `suffix_text` (every document's ids, each document followed by SEPARATOR), `suffix_sa` (its
 suffix array), `suffix_starts` (the first-token table: SA rows of first token t are [starts[t + 1],

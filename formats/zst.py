@@ -2,7 +2,7 @@
 
 The unpacked copy lives in `$LOOKUPKIT_CACHE_DIR` (default `~/.cache/lookupkit`) under a name keyed by
 a fingerprint of the .zst: its size, its mtime (ns) and the sha256 of its first and last 64 KiB. That
-is O(1) in the file size (~0.1 ms), so reopening costs no pass over the data; the last bytes hold the
+is O(1) in the file size, so reopening costs no pass over the data; the last bytes hold the
 zstd frame's checksum of the whole content (lookupkit writes it), so a changed content changes the key
 even when size and mtime were kept. Unpacking streams into a temp file and renames it (atomic_writer),
 so concurrent openers never see a partial file. Old unpacked copies are not evicted: the directory can

@@ -15,7 +15,7 @@ import threading
 
 log = logging.getLogger("lookupkit")
 
-COMPILE_S = 15  # a first compile of the drafting kernels on the 2-core machine here (bench/startup/run.py: 11-15 s)
+COMPILE_S = 15  # a first compile of the drafting kernels, the most bench/startup/run.py timed (bench/RESULTS.md)
 
 _lock = threading.Lock()
 _listening = False

@@ -4,7 +4,7 @@ kernel reads the lookup sequence (the real sequence, then the tokens drafted so 
 `kernel` compiles without numba's reference counting (NRT, numba's own option for its library code):
 the kernels never allocate and every array they touch belongs to the Python caller for the whole
 call, while counting references costs an atomic update per array use in a loop, which made the
-drafting loop 20 times slower (measured: 1 us of pure overhead per draft call).
+drafting loop many times slower (bench/RESULTS.md: Figures the code's comments rely on).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """llama.cpp's prompt-lookup facts and lookupkit's defaults, written once: thresholds, the static weight,
 limits, source codes; each draft source's defaults, the context size, the history's budget, the trust's constants.
 
-From common/ngram-cache.{h,cpp} and examples/lookup (../shared/docs/llama-lookup.md sections 4 and 7).
+From llama.cpp's common/ngram-cache.{h,cpp} and examples/lookup (its drafting rule and lookup-stats' loop).
 Both drafting engines, the replay loops, the Drafter and the CLI read them from here; nothing else
 spells these numbers. lookupkit's two determinism rules (ties go to the smallest token id; an n-gram
 window starting before position 0 is a miss) are behaviour, not constants: see draft.rule_reference.
@@ -43,8 +43,8 @@ SOURCE_DEFAULTS = {
 }
 DEFAULT_DRAFT = SOURCE_DEFAULTS["lookup"]["n_draft"]
 POLICY_DRAFT = SOURCE_DEFAULTS["policy"]["n_draft"]
-# The engine adapters' and `lookupkit generate`'s n_draft default: a verify batch of 1 + 8 per call (Gemma 3
-# 270M here: 1 + 7 tokens cost 2.45x one, bench/results/calibration-gemma-3-270m-2026-12-01-t2.curve.json).
+# The engine adapters' and `lookupkit generate`'s n_draft default: a verify batch of 1 + 8 per call, which a small
+# model verifies for far less than 9 single steps cost (bench/RESULTS.md: Figures the code's comments rely on).
 ENGINE_DRAFT = 8
 # How long a draft may grow on short evidence, and the match that lets it grow beyond (policy.chain): past
 # SHORT_DRAFT tokens a chain goes on only with a token that follows a match of at least LONG_MATCH tokens (in the
@@ -89,19 +89,15 @@ HISTORY_BUDGET_MAX = 1 << 27
 HISTORY_TENANTS = 64
 TENANTS_MAX = 4096
 LEARN_SCOPES = ("tenant", "global")  # --learn-scope: each tenant's history apart, or one for all
-# The shortest earlier match the history drafts after. Measured (policy.confidence.learn_sources' counts with
-# a History, over 60 WikiText-103 valid articles as independent requests, GPT-2 ids, 114,583 positions):
-# followers of matches of 5 and 6 tokens in earlier articles were right 49 % and 44 % of the time against
-# 57 % and 55 % for the same lengths earlier in the same article, while from 8 tokens on they were as good
-# (61 / 72 / 69 % at 8 / 12 / 16 against 64 / 77 / 80 %); with 20 % of requests retried verbatim, better.
+# The shortest earlier match the history drafts after: followers of shorter matches in earlier sequences were right
+# clearly less often than after as long a match earlier in the same sequence, from 8 tokens on about as often
+# (bench/RESULTS.md: Figures the code's comments rely on).
 HISTORY_MIN_MATCH = 8
 # The policy's online trust in each family of sources (policy.trust): the prior s (in accepted candidates) and the
 # window (a family's observations) over which its evidence fades. With both 8 a factor stays within about
-# 0.5..1.5: a local correction of the table, never a veto. Tuned by replaying Gemma 3 270M's greedy outputs of the
-# serving bench's --seed 99 prompts (12 each of prose, copy, code; never the reported seed 22) with the shipped
-# table and the k<=16 curve, trust fresh per sequence: predicted tokens per verify step over the 12 task x source
-# rows, geometric mean, 1.835 without it, 1.946 at (8, 8), 1.926 at (4, 32), 1.905 at (8, 64), 1.915 at (2, 64);
-# every pair tried in 1..32 x 4..256 was above 1.87. The held-out check: bench/RESULTS.md (the sources study).
+# 0.5..1.5: a local correction of the table, never a veto. (8, 8) did best of the pairs tried on Gemma 3 270M's
+# outputs of prompts the serving bench does not report (the tuning log:
+# bench/RESULTS.md: Figures the code's comments rely on; the held-out check: the sources study there).
 TRUST_PRIOR = 8.0
 TRUST_WINDOW = 8.0
 

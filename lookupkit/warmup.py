@@ -3,7 +3,7 @@ thread while an engine loads its model, and a first compile announced once throu
 
 `import lookupkit` loads no numba; the first draft then imports numba, the kernel modules, and loads
 each kernel it calls from numba's cache (or compiles it, once after an install). An engine
-adapter calls `start(...)` when it is constructed, so that the model's own load (>= 0.3 s) hides that
+adapter calls `start(...)` when it is constructed, so that the model's own load hides that
 work, and `Warmup.wait()` before its first draft: it blocks until the warm-up is done and re-raises
 what failed in it. Two threads never compile one kernel twice (numba compiles under one lock and
 finds the other thread's result).

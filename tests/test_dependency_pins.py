@@ -88,3 +88,20 @@ def test_property_tests_draw_fixed_examples_under_ci():
     want = os.environ.get("LOOKUPKIT_HYPOTHESIS") or ("ci" if os.environ.get("CI") else "explore")
     assert conftest.PROFILE == want
     assert settings.default.derandomize == (want == "ci") and (settings.default.database is None) == (want == "ci")
+
+
+def test_fastconstmap_is_a_test_requirement_that_no_shipped_module_imports():
+    """fastconstmap is the reference tests hold lookupkit's VMAP0001 bytes against (test_constmap_build,
+    test_formats): it belongs to the dev extra, and nothing lookupkit installs may import it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(Requirement(r).name == "fastconstmap" for r in project["dependencies"])
+    assert any(Requirement(r).name == "fastconstmap" for r in project["optional-dependencies"]["dev"])
+    importers = []
+    for folder in ("lookupkit", "cli", "formats", "corpora", "bench"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                if any(n.split(".")[0] == "fastconstmap" for n in names):
+                    importers.append(str(path.relative_to(ROOT)))
+    assert not importers, importers

@@ -295,8 +295,8 @@ def _source_entry(d: DocTokens) -> dict:
 def header_corpus(corpus: dict) -> dict:
     """The corpus as the file's header keeps it: the first LISTED_SOURCES sources one by one, the rest in one
     entry (count, bytes, tokens, replaced bytes, whether any was cut, sha256 of their sha256s in order). The
-    header is parsed at every open: 871 files listed one by one (a code base) made 163 KB of JSON and a
-    1.45 ms open against 0.4 ms (measured on the django 4.2 code task's cache), beyond the 1 ms target."""
+    header is parsed at every open: a code base's files listed one by one put the open beyond the 1 ms target
+    (bench/RESULTS.md: Figures the code's comments rely on)."""
     sources = corpus["sources"]
     if len(sources) <= LISTED_SOURCES:
         return corpus
@@ -336,7 +336,7 @@ def _bar(progress: ProgressFactory | None, bytes_mode: bool, label: str, total: 
     """A progress bar for one phase; yields advance(n), to be called with work done (bytes tokenized, tokens
     counted), never with work read. The `rate` field is that work per wall second since the phase began
     (MB/s of text, M tok/s): pieces come back from the workers in bursts, and an estimate over a short
-    window of bursts (rich's TransferSpeedColumn) showed 20x the real rate. At the end the total becomes
+    window of bursts (rich's TransferSpeedColumn) showed many times the real rate. At the end the total becomes
     what was done (a --max-bytes line cut, an unknown size): completed never jumps."""
     if progress is None:
         yield lambda n: None

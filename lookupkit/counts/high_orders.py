@@ -2,8 +2,8 @@
 count and the n-gram's total — only for n-grams whose top follower a policy could ever draft.
 
 llama.cpp's static cache stops at 2-grams; longer contexts predict the next token far better where
-they recur (WikiText-103 test against the 541 MB corpus: the longest matching order up to 6 predicts
-the next token at 17.5 % of positions, against 12.1 % for orders <= 2). An n-gram is kept when its
+they recur (on WikiText-103 the longest matching order up to 6 predicts it at clearly more positions
+than orders <= 2: bench/RESULTS.md: Figures the code's comments rely on). An n-gram is kept when its
 total reaches `min_total` and its top follower's share reaches `min_share` (both recorded in the file
 header). Nothing else of it is needed: no pairs, just one packed value per kept n-gram.
 
@@ -92,8 +92,8 @@ def _fill(tokens, n, shift, fbits, lo, hi, out, pos):
 @njit(cache=True)
 def _sort(a, out):
     """Sort uint64 `a` into `out`: one counting pass on the top 16 bits scatters it into 65,536 buckets,
-    then each bucket (a few thousand entries, in cache) is sorted on its own. Measured at 541 MB
-    (122 M entries): ~4 s, against ~18 s for np.sort of the whole array."""
+    then each bucket (a few thousand entries, in cache) is sorted on its own: several times faster than
+    np.sort of the whole array (bench/RESULTS.md: Figures the code's comments rely on)."""
     count = np.zeros((1 << 16) + 1, np.int64)
     sh = np.uint64(48)
     for i in range(a.shape[0]):

@@ -5,7 +5,7 @@ The one in-sequence longest-match index: the policy's longest-match source (leng
 --ngram-min-match) both draft from it. (counts.history_index is its twin over earlier sequences; the longest
 match in a static cache's corpus is a suffix-array search, suffix.search.)
 
-llama.cpp's context cache stops at 4-grams, and its 4-gram drafts are its worst (6.1 % accepted on
+llama.cpp's context cache stops at 4-grams, and its 4-gram drafts are its worst (the least accepted on
 WikiText-103): a 4-gram seen once says little. A long earlier match of the current suffix says much
 more, and its length is the evidence the confidence table bins. The index maps (m, hash of an m-gram)
 to the most recent end position of that m-gram whose follower is known (the index lags the sequence

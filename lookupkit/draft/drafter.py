@@ -12,7 +12,7 @@ policy="lookupkit", with lookupkit's policy (policy.chain: it drafts only what p
 
 With policy="lookupkit", `history=History(...)` (draft.history) adds what earlier sequences said: one History
 may be shared by many Drafters, and each learns its sequences into it at reset, instead of into its dynamic
-cache (which grows without bound: 1,000 sequences of 3,000 tokens took 1.7 GiB; the History keeps its budget).
+cache (which grows without bound, to gigabytes over many sequences; the History keeps its budget).
 """
 
 from __future__ import annotations

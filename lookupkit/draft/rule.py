@@ -1,6 +1,6 @@
 """llama.cpp's drafting rule compiled with numba: the hot path of replays and of the Drafter.
 
-Same rule as the readable `draft.rule_reference` (../shared/docs/llama-lookup.md section 4 with
+Same rule as the readable `draft.rule_reference` (llama.cpp's common_ngram_cache_draft with
 lookupkit's rules: smallest id wins ties, windows starting before position 0 miss, 64-bit arithmetic),
 over flat caches (`counts.flat`) and the static cache's arrays (its pairs and its constmap, looked up in
 place: static.source).

@@ -1,7 +1,7 @@
 """llama.cpp's drafting rule (common_ngram_cache_draft), written plainly: the spec in code.
 
 This is the readable reference the fast engine is tested against, draft for draft. It follows
-../shared/docs/llama-lookup.md section 4 with lookupkit's two determinism rules: among equal scores the
+llama.cpp's common/ngram-cache.cpp with lookupkit's two determinism rules: among equal scores the
 smallest token id wins (also for the share test), and an n-gram window that starts before position 0
 is a miss. Python integers make every product and sum exact (llama.cpp's int32 ones can wrap).
 """

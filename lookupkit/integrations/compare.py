@@ -1,8 +1,9 @@
 """Does drafting pay on this model? Plain and drafted runs, paired and repeated, and a verdict that says
 when it cannot be trusted (`lookupkit generate`).
 
-Why each rule (issue 21: one plain and one drafted run, back to back, printed 2.63x and then 4.57x for
-3 accepted tokens in 23 calls):
+Why each rule (one plain and one drafted run, back to back, printed speed-ups that differed widely from one
+try to the next and that a handful of accepted tokens could not explain:
+bench/RESULTS.md: Figures the code's comments rely on):
 
 * An untimed drafted run of a few tokens comes first (llama.cpp sets up its first decodes, the drafter's
   kernels load). Then every run times the same number of tokens: the first plain run ends at EOS or max_tokens, and every
@@ -81,12 +82,9 @@ def judge(ratios: list, *, others: float, predicted: float | None, timed: int,
     processes meanwhile, the speed-up the verify cost `predicted` (None: no curve) and the tokens `timed`
     per run; `curve_others`: the cores other processes used while the predicting curve was measured
     (a curve measured on a busy machine predicts wrongly: it is a reason too). The spread that counts is the middle half of the ratios (all of them below 4 pairs): one
-    outlier of five does not make an answer uncertain, two do. RUNS = 5, measured on this machine (quiet,
-    Gemma 3 270M, 2 threads, 256 tokens, about a minute per verdict; 15 prompt/drafter rows of 9 pairs,
-    the last 6 on prompts held out from the choice; python -m lookupkit.bench.verdict,
-    bench/RESULTS.md): the medians of k consecutive pairs lay within 24.6 / 19.3 / 12.1 / 4.9 % of all
-    9 pairs' for k = 1 / 3 / 5 / 7, and answered otherwise in 14 / 2 / 1 / 0 % of windows; the one
-    5-pair window that did said "breaks even" where 9 pairs were uncertain between that and "pays"."""
+    outlier of five does not make an answer uncertain, two do. RUNS = 5: on a quiet machine 5 consecutive
+    pairs' median seldom answered otherwise than 9 pairs', and fewer pairs often did (python -m
+    lookupkit.bench.verdict; bench/RESULTS.md: Figures the code's comments rely on)."""
     if not ratios:
         raise InputError("no paired runs to judge")
     s = sorted(ratios)

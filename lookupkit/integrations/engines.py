@@ -46,8 +46,8 @@ def open_static(static):
 def gguf_vocab(model_path) -> SimpleNamespace:
     """A GGUF model's own vocabulary (.name, .fingerprint, for StaticCache.check_vocab); a file that is
     not GGUF is refused. Remembered in the cache directory per file (real path, size, mtime) and per
-    version of the code that reads vocabularies: Gemma 3's 262,144 tokens take 0.3-0.5 s to read and
-    hash, in every process that checks a cache against the model."""
+    version of the code that reads vocabularies: reading and hashing a large vocabulary (Gemma 3's 262,144
+    tokens) is a visible delay in every process that checks a cache against the model."""
     check_gguf(model_path)
     st = os.stat(model_path)
     sources = [importlib.util.find_spec(f"lookupkit.tokenizer.{m}").origin for m in ("gguf", "vocab")]  # not imported

@@ -227,7 +227,7 @@ def valid_draft(draft: list[int], n_vocab: int) -> tuple[list[int], int]:
 
 
 def model_vocab(model_path, *, wait: bool = True):
-    """engines.gguf_vocab, read once per model file (Gemma's 262,144-token metadata takes ~0.3-0.5 s) in a
+    """engines.gguf_vocab, read once per model file (a large vocabulary's metadata is slow to read) in a
     background thread; wait=False only starts the read (open_model: the model's load hides it)."""
     try:
         st = os.stat(model_path)

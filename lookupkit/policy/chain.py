@@ -1,7 +1,7 @@
 """The lookupkit policy, compiled: draft a token only while its expected acceptance pays for verifying it.
 
 llama.cpp's rule drafts whatever passes fixed thresholds, n-gram size first; on WikiText-103 its context
-4-gram drafts 63 % of all tokens at 6.1 % acceptance, and a badly drafted token costs a verified
+4-gram drafts the most tokens and is its least accepted source, and a badly drafted token costs a verified
 position. Here every source proposes its candidate for the next token — the context and dynamic caches
 for n = 1..4 (top follower, share, total), the static 2-gram, the static cache's higher orders
 (counts.high_orders), the longest earlier match in the sequence, the run of tokens that follows the
@@ -21,8 +21,8 @@ as no longer prefix could beat the best one even if every further token were as 
 far, and past rules.SHORT_DRAFT tokens it goes on only with tokens that follow a match of rules.LONG_MATCH tokens or
 more, its drafted tokens included (text being copied: a long earlier run in the sequence, the history or the static
 corpus); short evidence drafts stay short, whatever a long curve would allow. Choosing over the whole chain rather than stopping at the first token that does not pay matters for
-measured curves, which are not convex: on Gemma 3 270M (2 threads, issue 13's calibration) verifying 1 + 4
-tokens cost 2.21x one token after 1.51x for 1 + 3, and 1 + 7 cost 2.34x against 2.61x for 1 + 6, so a rule
+measured curves, which are not convex (a longer batch can cost less than a shorter one:
+bench/RESULTS.md: Figures the code's comments rely on), so a rule
 that stops at the first dearer step never reaches the cheap long batches that long copies need. A call that drafts
 nothing costs 1 step and yields 1 token, exactly plain decoding: declining is free.
 """
@@ -200,8 +200,8 @@ def _static2(st, memo, seq, n_seq, drafted, d0, length, out):
 def _high(high, seq, n_seq, drafted, d0, length, out):
     """The stored higher orders' candidates for the n-grams ending at `length`, shortest order first,
     stopping at the first order that has none: an n-gram seen fewer than min_total times cannot have a
-    longer context seen more often, so the lookups left would mostly miss (test-set hit rates at 541 MB:
-    n = 3 70 %, 4 42 %, 5 24 %, 6 14 %; the stop saves ~40 % of the lookups)."""
+    longer context seen more often, so the lookups left would mostly miss (hit rates fall fast with n, and
+    the stop saves a large share of the lookups: bench/RESULTS.md: Figures the code's comments rely on)."""
     for r in range(high.params.shape[0]):
         out[SRC_STATIC + np.int64(high.params[r, 0]) - 2, 0] = -1
     for r in range(high.params.shape[0]):

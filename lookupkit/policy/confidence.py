@@ -6,8 +6,8 @@ its candidate and notes whether it was the true next token, per (source and orde
 bin). `table` turns those counts into probabilities, each bin pulled towards its source's overall rate
 by `prior` pseudo-observations (sparse bins say little) and then made non-decreasing in the share (more
 of the evidence agreeing never makes a candidate less likely) by isotonic regression, which keeps each
-bin's average calibrated where a running maximum would inflate noisy bins (measured: the policy then
-drafted as if verification were ~1.3x dearer than it was). Tables are JSON: the bundled default
+bin's average calibrated where a running maximum would inflate noisy bins (the policy then drafted as if
+verification were dearer than it was). Tables are JSON: the bundled default
 (lookupkit/data/policy-default.json) was learnt by `lookupkit tune-policy` (replay.tuning) on text held
 out from every evaluation; learn your own for another domain. The suffix source's rows (policy.suffix_source)
 are learnt when the static cache has a suffix index; tables written before it existed (lookupkit-policy-1)

@@ -6,7 +6,7 @@ agree on (each step's most frequent next token while its share is at least MIN_S
 source's candidate at chain step k as long as the chain drafted so far is the run's prefix; its evidence
 for the confidence table is the length of the context it extends (match length + k, in LENGTH_EDGES
 bins), the count of occurrences it followed (the table's total bins) and whether those were unanimous
-(one table row each: on code a long unique match is accepted ~99 %, on prose a count of 1 ~25 %).
+(one table row each: on code a long unique match is almost always accepted, on prose a count of 1 seldom).
 
 A match grows by at most one token per token appended to the sequence, so the lookup after the previous
 one is bounded by that (the search's first probe then mostly succeeds, suffix.search); `reset` forgets

@@ -1,6 +1,6 @@
 """The lookup-stats replay loop compiled with numba: drafts, acceptance and context updates per chunk.
 
-The same loop as `replay.loop_reference` (../shared/docs/llama-lookup.md section 7), over flat caches
+The same loop as `replay.loop_reference` (llama.cpp's lookup-stats loop), over flat caches
 and the compiled drafting rules (draft.rule, policy.chain). One compiled call replays one chunk (or resumes it when a record buffer had to grow);
 between chunks Python merges the context cache into the dynamic one, untimed as in llama.cpp.
 """

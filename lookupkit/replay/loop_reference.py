@@ -1,6 +1,6 @@
 """llama.cpp's lookup-stats loop written plainly: the spec the compiled replay.loop is tested against.
 
-The loop of ../shared/docs/llama-lookup.md section 7 over the readable caches (counts.dict_cache) and the
+llama.cpp's examples/lookup/lookup-stats.cpp loop over the readable caches (counts.dict_cache) and the
 readable drafter (draft.rule_reference): chunks of n_ctx tokens, each drafted as if generated, the
 context cache merged into the dynamic one after each chunk.
 """

@@ -10,7 +10,7 @@ no 2-grams. Each chunk is its own sequence, as in lookup-stats.
 `suffix_draft` is the readable definition; `replay_suffix` runs lookup-stats' loop with it compiled,
 bounding each search by the previous match plus the tokens emitted since (a match grows by at most one
 token per token: the same answer, fewer probes; tested against `suffix_draft` call for call). On prose
-most matches are short and a count-1 run token is accepted ~25 % of the time, so this source pays on
+most matches are short and a count-1 run token is mostly rejected, so this source pays on
 text that repeats its corpus (code at two releases); the policy (--policy lookupkit) decides per token.
 """
 

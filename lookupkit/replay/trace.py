@@ -101,7 +101,7 @@ class ReplayTrace:
         return out
 
     def steps_lines(self):
-        """Lines in the format of ../shared/reference/*.steps (header first)."""
+        """Lines in the .steps format of the llama.cpp conformance vectors (header first)."""
         yield STEPS_HEADER
         ends = np.cumsum(self.n_drafted)
         toks = self.tokens.tolist()

@@ -11,15 +11,13 @@ The bundled default (lookupkit/data/policy-default.json) was learnt with
     lookupkit tune-policy --cache wiki100-orders.lkc --tokens wiki541.qwen2.i32 \\
         --slice 60000000:400000 -o lookupkit/data/policy-default.json
 
-where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of
-../shared/corpora/wiki541.txt.zst (qwen2) and the slice (tokens 60,000,000 .. 60,400,000 of the whole
+where wiki100-orders.lkc is `lookup-create --orders 2-6` of the first 100 MB of wiki541.txt.zst (qwen2;
+the benchmarks' WikiText-103-like corpus) and the slice (tokens 60,000,000 .. 60,400,000 of the whole
 corpus's ids, about bytes 265-267 MB) lies outside those 100 MB: the tables never see text their cache
 was built from, and never the WikiText-103 test split every evaluation replays (the corpus excludes
 its articles). Gemma 3 270M's table was learnt on its generations (`python -m lookupkit.bench.generations`)
 with `--task wiki`: tables learnt on a mixture with the copying task, where almost every source is
-right, were overconfident on prose continuations (held-out replay with the calibrated curve, paragraphs
-16-31 of the test split, tables tuned on 0-15: S = 1.95 mixed against 2.42 wiki-only on the continuation
-task, 3.67 both on the copying task; llama.cpp's rule 1.80 and 2.88).
+right, were overconfident on prose continuations (bench/RESULTS.md: Figures the code's comments rely on).
 """
 
 from __future__ import annotations
@@ -138,8 +136,7 @@ def gate_suffix(table, agree_for, cache, seqs, prompt_lens, n_ctx):
     source on the worse half exceeds 1 by more than the two halves differ; of those, the one whose worst such
     bound is highest. None: no source (exactly the tables a cache without the index learns). Why the margin:
     on WikiText prose the source's gains at high costs are smaller than the difference between two held-out
-    texts (100 MB corpus, from 10 tokens on: +0.012 % at C = 0.5 on the test split, -0.011 % on the valid
-    split; the test split's halves differ by up to 0.04 % at C = 0.5 and 0.14 % at C = 0, 25/100 MB).
+    texts (bench/RESULTS.md: Figures the code's comments rely on).
     Returns ((table, agree), what was measured)."""
     halves = (seqs[:len(seqs) // 2], seqs[len(seqs) // 2:])
     lens = (None, None) if prompt_lens is None else (prompt_lens[:len(seqs) // 2], prompt_lens[len(seqs) // 2:])

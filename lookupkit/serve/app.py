@@ -16,11 +16,8 @@ Why this stack: Starlette is the maintained ASGI toolkit FastAPI is built on, an
 here, body models, does not fit: a body must be read as JSON whatever its Content-Type (llama-server
 does; `curl -d` sends form-urlencoded) and parsed by pydantic's own strict JSON parser (NaN, "10" for
 an int and unknown fields refused), which `protocol.read_body` does in one call. uvicorn serves it (h11, or
-httptools when installed). Measured with the model taken out (python -m lookupkit.bench.serve.overhead
---tokens 20000 --requests 300: a fake engine, ONE token per event, client in another process; 2 CPUs,
-load 0.9): 21.8 us per streamed token on /v1/completions and 19.4 on /completion with h11 (16.1 / 10.7
-with httptools), 0.54 ms per non-streamed request (0.38). A Gemma 3 270M token takes ~22 ms here (10 ms
-drafted), so even one streamed event per token costs the HTTP path < 0.3 %.
+httptools when installed): even one streamed event per token costs a small model's token a negligible share
+of its time in the HTTP path (bench/RESULTS.md: Figures the code's comments rely on).
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ hands its new tokens to its request. This is llama-server's continuous batching 
 never wait for each other's prompts or drafts to be decoded separately.
 
 Only this thread ever calls llama_decode, from a warm-up decode at start on (so the first client does
-not pay for the weights' first pages): llama-cpp-python's OpenMP build runs a process's decodes from a
-second thread at ~75 % speed (Gemma 3 270M, 2 threads, 96 tokens, alternating main thread and another:
-80-87 vs 60-63 tok/s; one thread only, main or not: 72-75).
+not pay for the weights' first pages): llama-cpp-python's OpenMP build runs a process's decodes slower
+when more than one thread makes them (bench/RESULTS.md: Figures the code's comments rely on).
 
 HTTP handlers never touch llama.cpp: they `submit` a Job and read its events (Delta, then Done) from
 the callback they gave it, which is called in this thread (app.py turns it into an asyncio queue). A
@@ -24,7 +23,7 @@ the rows and expected tokens of the slots before it (each later slot counted at 
 Drafter.draft's price. With one busy slot this is the one-sequence rule exactly.
 
 Drafts are checked against n_vocab before they enter a batch: a cache damaged in a section the O(1)
-open does not check can draft any int32 (issue 22: 226 of 5,200 mutated suffix indexes did), and an id
+open does not check can draft any int32 (mutated suffix indexes did), and an id
 outside the vocabulary must never reach llama_decode. The bad tail of such a draft is dropped and
 counted (metrics: lookupkit_draft_refused_tokens_total), with one warning in the log.
 

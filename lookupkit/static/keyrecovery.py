@@ -26,7 +26,7 @@ from ..formats.constmap_probe import lookup
 from ..errors import FormatError
 from ..formats.spans import MAX_FOLLOWERS, SPAN_BITS
 
-SEARCH_BUDGET = 3 * 10**8  # lookups beyond the forward pass: ~30-60 s at the measured 100-200 ns each
+SEARCH_BUDGET = 3 * 10**8  # lookups beyond the forward pass: a bounded wait (what it costs: bench/RESULTS.md)
 SEED_TOKENS = 256
 FULL_RANGE = 1 << 18  # first tokens of documents are searched below max(this, largest follower + 1)
 MAX_RANGE = 1 << 20  # ... but never above this (a corrupted token id must not size an array)

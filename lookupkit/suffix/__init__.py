@@ -1,5 +1,5 @@
 """A suffix index over a corpus' token ids: the longest earlier match anywhere in the corpus, and the run of
-tokens its occurrences agree on (issue 15): build (the text and its suffix array), merge (the out-of-core
+tokens its occurrences agree on: build (the text and its suffix array), merge (the out-of-core
 sort when it exceeds the memory budget), write (the sections lookup-create writes), search (longest match
 and continuation, compiled), reference (their readable definition). On disk it is the .lkc version-3 sections
 (formats.lkc_suffix, which defines the format's constants; `lookup-create --suffix-index` builds them with

@@ -4,7 +4,7 @@ llama.cpp pre-tokenizes with a list of regexes (each splits the pieces of the pr
 between matches is kept as its own piece), maps bytes to GPT-2's printable alphabet and runs BPE.
 Two engines reproduce that:
 
-* tiktoken (ranks = ids, one regex): ~3x faster. Valid for single-regex byte-level vocabularies;
+* tiktoken (ranks = ids, one regex): the faster one. Valid for single-regex byte-level vocabularies;
   tiktoken always emits a piece that is itself a token without merging, which is llama.cpp's
   `ignore_merges` (llama-bpe) and was measured identical for qwen2 and gpt-2.
 * HF `tokenizers`, rebuilt from the GGUF metadata: multi-regex pre-tokenizers (deepseek-coder,

@@ -100,11 +100,9 @@ class Partition:
 
     Otherwise (a special that strips whitespace, overlapping specials) the replay: one regex pass
     over the specials' first two characters finds every place a special starts and the specials
-    found there are replayed in llama.cpp's order, in Python. With Gemma 3, 1M-character pieces
-    (`python -m lookupkit.bench.tokenize_corpora --replay`; the tests check the spans are the same):
-    Python's standard library, a special every 21 characters, 0.87 MB/s replayed and 96 MB/s by the
-    shortcuts; HTML 2.8 and 73, changelogs 4.2 and 104, Markdown 3.9 and 101, prose 88 and 102 MB/s
-    (CPU, one core).
+    found there are replayed in llama.cpp's order, in Python. The shortcuts give the same spans (the tests
+    check it) up to two orders of magnitude faster on text dense in specials, code and markup
+    (bench/RESULTS.md: Figures the code's comments rely on).
     """
 
     def __init__(self, specials: list[Special]):
@@ -241,7 +239,7 @@ def _overlap_free(specials: list[Special]) -> bool:
 
 def _trie(texts: list[str]) -> str:
     """A regex matching exactly `texts`, branching one character at a time (an alternation of 6,000
-    literals is tried literal by literal: 100x slower on HTML)."""
+    literals is tried literal by literal: far slower on HTML)."""
     root: dict = {}
     for t in texts:
         node = root

@@ -29,15 +29,10 @@ segment is one tiktoken call: over its code points (numpy) each special's span b
 control character no token holds, which is a piece of its own and gets the special's id back.
 
 Why tiktoken and not a numba SPM of lookupkit's own: tiktoken's Rust merge loop is already the fast
-part, and this mapping reuses it unchanged (the numba engine, `spm_ties`, runs at 1.3 MB/s).
-Measured (`python -m lookupkit.bench.tokenize_corpora --replay`, bench/RESULTS.md; CPU time on one
-core, another job busy on the second): Python's standard library (4.7 MB, a special token every 21
-characters: each newline and indentation) at 23.4-23.9 MB/s, Markdown, HTML and Debian changelogs
-(5 MB each) at 19.3-22.6 MB/s, the first 25 MB of wiki541 at 21.6-22.1 MB/s; ids identical to
-llama.cpp's, which took 47-98 s for each 5 MB and 54 s for the 25 MB; tiktoken is ~60 % of the time.
-Before (e39a3f0's tokenizer, same command): 0.7-0.8 MB/s on the code, 1.9-3.1 on markup and
-changelogs, 9.8-10.9 on prose, the partition replaying llama.cpp's order in Python (97 % of the time
-on code, cProfile) and tiktoken's encode_to_numpy, with no special token, scanning at every character.
+part, and this mapping reuses it unchanged (the numba engine, `spm_ties`, is many times slower). It gives
+llama.cpp's ids many times faster than llama.cpp does, also on text dense in special tokens (code: each
+newline and indentation is one), where the partition replayed in Python before took nearly all the time
+(python -m lookupkit.bench.tokenize_corpora --replay; bench/RESULTS.md: Figures the code's comments rely on).
 """
 
 from __future__ import annotations
@@ -92,7 +87,7 @@ class SpmBackend:
         # fragments so that one tiktoken call encodes a whole segment (it is its own piece)
         self._joint = next((c for c in map(chr, range(1, 32)) if c not in chars), None)
         # _NEVER: with no special token at all, tiktoken's encode_to_numpy searches an empty pattern
-        # at every character (1.5x slower); it is never allowed, so its rank is never returned
+        # at every character (slower); it is never allowed, so its rank is never returned
         self._enc = tiktoken.Encoding(f"lookupkit-{name}", pat_str=_piece_pattern(tokens, kept, self._joint),
                                       mergeable_ranks=ranks, special_tokens={_NEVER: len(ranks)})
         # rank -> ids: a kept token is its id; a character (or partial one, or byte) is its token

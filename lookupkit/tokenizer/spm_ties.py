@@ -8,9 +8,8 @@ a binary heap pops the pair of highest score, ties to the smallest left position
 counts only if both symbols are still the ones it was made from (llama.cpp's size check). A final
 symbol that is not a token becomes its bytes' byte tokens. The whole segment is one sequence: the
 "\x00" placeholder standing for each special token is marked as no symbol, so nothing merges
-across it. Exact but slower than `spm`'s tiktoken path: 1.3 MB/s of CPU time on Gemma 3's vocabulary
-(WikiText test split, ids identical to llama.cpp's; one heap over each 1 MB segment), so it is used
-only where `spm` refuses the vocabulary's ties.
+across it (one heap over each 1 MB segment). Exact but many times slower than `spm`'s tiktoken path
+(bench/RESULTS.md: Figures the code's comments rely on), so it is used only where `spm` refuses the vocabulary's ties.
 """
 
 from __future__ import annotations
