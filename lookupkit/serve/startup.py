@@ -95,8 +95,7 @@ def open_server(model, *, on_batch=None, **settings) -> Served:
     static = dynamic = make_drafter = history = tenants = keeper = pricing = None
     if c.learn == "history":
         tenants = timed("history" + (f" {c.state}" if c.state is not None else ""), lambda: open_tenants(
-            c.state, c.history_budget, c.tenant_budget, vocab.fingerprint, c.learn_scope, c.state_reset,
-            len(vocab.tokens)),
+            c.state, c.history_budget, c.tenant_budget, vocab.fingerprint, c.learn_scope, c.state_reset),
             lambda t: t.describe())
         history = History(BUDGET_MIN, vocab=vocab.fingerprint)  # each slot's Drafter starts empty, and is pointed
         if c.state is not None:                                  # at its job's tenant's History (Engine.history_for)
@@ -140,6 +139,7 @@ def open_server(model, *, on_batch=None, **settings) -> Served:
             "a Drafter each" if make_drafter else "no drafting")
         metrics.gauge("slots_total", c.parallel)
         if tenants is not None:
+            check_ids(tenants, engine.m.n_vocab, c.state)  # ids enter the drafting loops here, checked once
             tenants.n_vocab = engine.m.n_vocab  # recorded in the state file: verify bounds every id by it
             history_gauges()
         chat = timed("chat template", lambda: ChatTemplate(llm, template, c.jinja), lambda ch: ch.describe())
@@ -154,6 +154,17 @@ def open_server(model, *, on_batch=None, **settings) -> Served:
                   n_vocab=engine.m.n_vocab,
                   n_ctx_slot=engine.n_ctx_slot, loaded=loaded, tenants=tenants, keeper=keeper, keys=keys,
                   lcs=c.lcs if static is not None else None, vocab=vocab, model_path=str(path), sources=sources)
+
+
+def check_ids(tenants, n_vocab: int, state) -> None:
+    """Refuse a --state whose histories hold an id this model's vocabulary cannot (a file of another model whose
+    vocabulary has the same identity is impossible; a file edited with valid checksums is not)."""
+    from .state import RESET_FLAG
+
+    top = max((int(t.log.max()) for t in tenants.snapshot() if len(t.log)), default=-1)
+    if top >= n_vocab:
+        raise InputError(f"--state {state} holds the token id {top}, outside this model's {n_vocab:,} ids; start "
+                         f"afresh with {RESET_FLAG} (the file is replaced at the next save) or delete it")
 
 
 def read_keys(keys, key_file) -> tuple:

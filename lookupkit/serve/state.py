@@ -23,10 +23,9 @@ SAVE_EVERY = 100  # --save-every's default: learnt requests between saves (a sav
 
 
 def open_tenants(state, budget: int | None, tenant_budget: int | None, vocab, scope: str = "tenant",
-                 reset: bool = False, n_vocab: int | None = None):
-    """The Tenants to serve with: `state`'s (if given, present and not `reset`; a budget None: the file's; every
-    id below n_vocab, the model's), else empty ones of `budget` tokens (None: rules.HISTORY_BUDGET) for `vocab`
-    (a fingerprint)."""
+                 reset: bool = False):
+    """The Tenants to serve with: `state`'s (if given, present and not `reset`; a budget None: the file's),
+    else empty ones of `budget` tokens (None: rules.HISTORY_BUDGET) for `vocab` (a fingerprint)."""
     from ..rules import HISTORY_BUDGET
     from .tenants import Tenants
 
@@ -39,7 +38,7 @@ def open_tenants(state, budget: int | None, tenant_budget: int | None, vocab, sc
     from ..draft.history import read_state
 
     try:
-        logs, head = read_state(state, vocab, n_vocab)
+        logs, head = read_state(state, vocab)
         budget = head["budget"] if budget is None else budget
         if tenant_budget is None and scope == "tenant" and not _shared(logs) and head["tenant_budget"] <= budget:
             tenant_budget = head["tenant_budget"]  # the file's split of the budget, unless it was one shared History
