@@ -60,7 +60,7 @@ def probe_open(path: str, runs: int, cold: bool) -> dict:
 
 def probe_replay(tokens: str, lcs: str | None, n_ctx: int, n_draft: int, hold: bool, cold: bool = False) -> dict:
     from lookupkit import StaticCache
-    from lookupkit.memory import peak_rss_bytes
+    from lookupkit.files import peak_rss_bytes
     from lookupkit.corpora import read_token_file
     from lookupkit.replay import replay
 

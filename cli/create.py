@@ -1,6 +1,6 @@
 """`lookup-create`: build a static 2-gram cache from a corpus, as llama.cpp's llama-lookup-create does.
 
-A thin layer over `lookupkit.build.build_static`: flags in, a summary (or JSON) out. Flags follow
+A thin layer over `lookupkit.create.build_static`: flags in, a summary (or JSON) out. Flags follow
 llama.cpp where it has them (-m, -f, -lcs, -c).
 """
 
@@ -13,8 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, parse_memory_budget, parse_size, size_text
-from lookupkit.build.outputs import kept_if_complete
+from lookupkit.create.memory_budget import DEFAULT_MEMORY_BUDGET, parse_memory_budget, parse_size, size_text
+from lookupkit.create.outputs import kept_if_complete
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile, TokenFile
 from lookupkit.errors import InputError
 from lookupkit.formats.lkc_orders import OrderParams
@@ -113,7 +113,7 @@ def create(
     only_ids = all(isinstance(s, TokenFile) for s in sources)
     tokenizer = None if model is None and only_ids else _tokenizer(model)  # ids alone: record no vocabulary
     show = not (quiet or as_json)
-    from lookupkit.build import build_static  # the pipeline and its kernels: not for --help or a bad flag
+    from lookupkit.create import build_static  # the pipeline and its kernels: not for --help or a bad flag
 
     with kept_if_complete(lcs) as done:  # a Ctrl-C after the rename: the file is complete, so a success
         summary = build_static(sources, tokenizer, lcs, format, keys=not no_keys,

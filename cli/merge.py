@@ -1,6 +1,6 @@
 """`lookup-merge A B ... OUT`: llama.cpp's lookup-merge (counts added), over any cache format.
 
-A thin layer over `lookupkit.build.merge` (which says how inputs are read, checked and streamed): flags
+A thin layer over `lookupkit.create.merge` (which says how inputs are read, checked and streamed): flags
 in, one line out. Inputs may be llama.cpp legacy files or static caches in any format; OUT's format
 follows --format, else its extension, else llama.cpp's legacy file.
 """
@@ -12,9 +12,9 @@ from typing import List, Optional
 
 import typer
 
-from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, parse_memory_budget, size_text
-from lookupkit.build.merge import merge_caches, output_format
-from lookupkit.build.outputs import kept_if_complete
+from lookupkit.create.memory_budget import DEFAULT_MEMORY_BUDGET, parse_memory_budget, size_text
+from lookupkit.create.merge import merge_caches, output_format
+from lookupkit.create.outputs import kept_if_complete
 from lookupkit.errors import InputError
 from lookupkit.rules import COUNT_MAX
 from lookupkit.cli.common import guarded, run

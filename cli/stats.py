@@ -17,14 +17,14 @@ from typing import Optional
 
 import typer
 
-from lookupkit.build.tokenized import tokenize_text_file
+from lookupkit.create.tokenized import tokenize_text_file
 from lookupkit.corpora import read_token_file
 from lookupkit.policy.confidence import load as load_tables
 from lookupkit.verify_cost import DEFAULT_COST
 from lookupkit.errors import InputError
 from lookupkit.files import atomic_writer
 from lookupkit.formats import llama, read_ngrams
-from lookupkit.memory import peak_rss_bytes
+from lookupkit.files import peak_rss_bytes
 from lookupkit.replay.run import Replay
 from lookupkit.replay.suffix_run import MAX_LEN as SUFFIX_MAX_LEN
 from lookupkit.replay.sweep import SWEPT_MAX, default_grid, expected_speedup, sweep as run_sweep, sweep_table

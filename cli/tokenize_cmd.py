@@ -11,8 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from lookupkit.build.memory_budget import parse_size
-from lookupkit.build.outputs import kept_if_complete
+from lookupkit.create.memory_budget import parse_size
+from lookupkit.create.outputs import kept_if_complete
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextFile
 from lookupkit.cli.common import guarded, print_json, progress
 from lookupkit.cli.create import Cut, _tokenizer
@@ -45,7 +45,7 @@ def tokenize(
     """Tokenize a corpus as llama.cpp's lookup-create does and write the ids (int32 LE)."""
     sources = ([TextFile(f) for f in files] + [HFDataset(d) for d in datasets]
                + ([StdlibCorpus()] if default_corpus else []))
-    from lookupkit.build import export_tokens
+    from lookupkit.create import export_tokens
 
     limit = parse_size(max_bytes) if max_bytes is not None else None
     with kept_if_complete(out) as done:  # a Ctrl-C after the rename: the ids are complete, so a success

@@ -16,7 +16,7 @@ import numpy as np
 import zstandard
 
 from lookupkit.errors import InputError
-from lookupkit.token_ids import token_ids
+from lookupkit.rules import token_ids
 from lookupkit.files import ZSTD_MAGIC, open_input
 
 BLOCK = 4 * 2**20

@@ -25,7 +25,7 @@ CUTS = ("line", "byte")
 class TextBudget:
     """Bytes of text still allowed under --max-bytes, shared by the sources in order (None: no limit).
 
-    (What bounds memory is `lookupkit.build.memory_budget`; this bounds the corpus.)"""
+    (What bounds memory is `lookupkit.create.memory_budget`; this bounds the corpus.)"""
 
     def __init__(self, limit: int | None, cut: str = "line"):
         if cut not in CUTS:

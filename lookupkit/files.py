@@ -1,4 +1,5 @@
-"""Files in and out, the same way everywhere: opening inputs, atomic outputs, the cache directory.
+"""Files in and out, the same way everywhere: opening inputs, atomic outputs, the cache directory; and the
+process's peak memory, measured one way (peak_rss_bytes).
 
 Inputs: `open_input` / `map_file` refuse a missing path, a directory or a non-regular file with one
 wording ("<what> <path> does not exist"). Outputs: bytes go to a temp file beside the target, are
@@ -13,7 +14,9 @@ import contextlib
 import errno
 import mmap
 import os
+import resource
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -148,3 +151,18 @@ def _umask() -> int:
 def _remove(tmp: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(tmp)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory: VmHWM (the high-water resident set of its own address space) rather
+    than getrusage's ru_maxrss, which Linux carries from a parent across fork+exec and so overstates a small child
+    of a large parent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak if sys.platform == "darwin" else peak * 1024

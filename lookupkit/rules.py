@@ -1,5 +1,6 @@
 """llama.cpp's prompt-lookup facts and lookupkit's defaults, written once: thresholds, the static weight,
-limits, source codes; each draft source's defaults, the context size, the history's budget, the trust's constants.
+limits, source codes; each draft source's defaults, the context size, the history's budget, the trust's constants;
+and the checks of the values they bound (token_ids: int32 everywhere, the one validation of ids from outside).
 
 From llama.cpp's common/ngram-cache.{h,cpp} and examples/lookup (its drafting rule and lookup-stats' loop).
 Both drafting engines, the replay loops, the Drafter and the CLI read them from here; nothing else
@@ -130,3 +131,21 @@ def check_replay(n_input: int, n_ctx: int, n_draft: int, max_draft: int = MAX_DR
     if n_input <= n_ctx:
         raise InputError(f"the input has {n_input} tokens; replaying with --ctx-size {n_ctx} needs more than "
                          f"{n_ctx} (only full chunks followed by at least one more token are evaluated)")
+
+
+def token_ids(tokens, what: str) -> np.ndarray:
+    """`tokens` as a contiguous 1-D int32 array; an InputError naming `what` and the first bad id if they
+    are not 1-D integers in 0..2^31-1."""
+    import numpy as np  # (here: the rules load with every command, numpy with the first ids)
+
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise InputError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, np.int32)
+    if arr.dtype.kind not in "iu":
+        raise InputError(f"{what} must be integer token ids, got {arr.dtype}")
+    if int(arr.min()) < 0 or int(arr.max()) > ID_MAX:
+        bad = int(np.argmax((arr < 0) | (arr > ID_MAX)))
+        raise InputError(f"{what} holds an invalid token id {int(arr[bad])} at index {bad}, outside 0..2^31-1")
+    return np.ascontiguousarray(arr, dtype=np.int32)

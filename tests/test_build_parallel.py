@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from lookupkit import Tokenizer
-from lookupkit.build import parallel
-from lookupkit.build.pipeline import _meta, _tokenize, build_static
+from lookupkit.create import parallel
+from lookupkit.create.pipeline import _meta, _tokenize, build_static
 from lookupkit.corpora import TextFile, TokenFile
 from lookupkit.corpora.stream import TextBudget
 from lookupkit.counts.bigrams import count_static
@@ -23,7 +23,7 @@ from lookupkit.formats import write_table
 from lookupkit.tokenizer.store import TokenStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = [os.path.join(ROOT, p) for p in ("README.md", "formats/SPEC.md", "lookupkit/build/pipeline.py")]
+TEXTS = [os.path.join(ROOT, p) for p in ("README.md", "formats/SPEC.md", "lookupkit/create/pipeline.py")]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_bad_jobs_and_budgets(tmp_path, tok, jobs, budget, words):
 
 
 def test_budget_too_small_to_write(tmp_path, tok, monkeypatch):
-    from lookupkit.build import memory_budget
+    from lookupkit.create import memory_budget
 
     monkeypatch.setattr(memory_budget, "CONSTMAP_BYTES_PER_KEY", 1 << 20)
     with pytest.raises(InputError, match=r"too small to write .* the minimum for this corpus is"):

@@ -8,7 +8,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookupkit.build.memory_budget import parse_size
+from lookupkit.create.memory_budget import parse_size
 from lookupkit.corpora import HFDataset, StdlibCorpus, TextBudget, TextFile, TokenFile
 from lookupkit.corpora.stream import Consumed, Utf8Decoder
 from lookupkit.errors import InputError

@@ -148,7 +148,7 @@ def test_help_shows_examples():
 
 
 def test_help_says_the_orders_list_form_and_limit_from_the_constants():
-    from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, size_text
+    from lookupkit.create.memory_budget import DEFAULT_MEMORY_BUDGET, size_text
     from lookupkit.counts.high_orders import parse_orders
     from lookupkit.rules import MAX_STATIC_ORDER
 
@@ -222,7 +222,7 @@ class Bars:
 @pytest.fixture
 def counted_encoding(monkeypatch, gpt2):
     """Bytes of text the tokenizer has encoded so far (in this process); small blocks, segments and pieces."""
-    from lookupkit.build import parallel, tokenized
+    from lookupkit.create import parallel, tokenized
     from lookupkit.corpora import sources
 
     encoded = [0]
@@ -251,7 +251,7 @@ def assert_fed_bytes_done(bar, n_bytes):
 
 
 def test_tokenize_bar_is_fed_bytes_tokenized_not_bytes_read(tmp_path, gpt2, counted_encoding):
-    from lookupkit.build.pipeline import build_static
+    from lookupkit.create.pipeline import build_static
 
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT * 400)
@@ -265,7 +265,7 @@ def test_tokenize_bar_is_fed_bytes_tokenized_not_bytes_read(tmp_path, gpt2, coun
 def test_parallel_pieces_advance_when_their_ids_come_back(tmp_path, gpt2, counted_encoding):
     """-j N: the driver reads pieces ahead of the workers; the bar hears of a piece when its ids are back
     (workers inline here, so the encoded bytes are visible to the test)."""
-    from lookupkit.build.parallel import Boundaries, CounterSpec, Workers, tokenize_count
+    from lookupkit.create.parallel import Boundaries, CounterSpec, Workers, tokenize_count
     from lookupkit.corpora.stream import TextBudget
 
     corpus = tmp_path / "c.txt"
@@ -282,7 +282,7 @@ def test_parallel_pieces_advance_when_their_ids_come_back(tmp_path, gpt2, counte
 
 def test_parallel_build_bar_total_is_the_text_under_max_bytes(tmp_path, gpt2, counted_encoding):
     """-j 2 with --max-bytes: the bar's total is the text to tokenize, not the file; its end no jump."""
-    from lookupkit.build.pipeline import build_static
+    from lookupkit.create.pipeline import build_static
 
     corpus = tmp_path / "c.txt"
     corpus.write_text(TEXT * 400)
@@ -458,7 +458,7 @@ def test_a_corpus_of_many_files_lists_the_first_in_the_header_and_sums_the_rest(
 
     import typer
 
-    from lookupkit.build.pipeline import LISTED_SOURCES
+    from lookupkit.create.pipeline import LISTED_SOURCES
     from lookupkit.cli.cache_cmds import register
 
     cache_app = typer.Typer(add_completion=False)

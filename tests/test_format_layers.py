@@ -12,7 +12,7 @@ from test_layout import import_graph, reach
 WRITERS = {"lkc_write", "llama", "zst", "streamed", "registry"}  # they write, or read into, counts' tables
 LEAVES = {"lookupkit", "lookupkit._version", "lookupkit._lazy", "lookupkit.errors", "lookupkit.files",
           "lookupkit.kernels", "lookupkit.compile_notice"}
-ABOVE = ("static", "policy", "draft", "replay", "suffix", "build", "serve", "integrations", "tokenizer", "cli", "bench",
+ABOVE = ("static", "policy", "draft", "replay", "suffix", "create", "serve", "integrations", "tokenizer", "cli", "bench",
          "corpora")
 
 

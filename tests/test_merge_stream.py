@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lookupkit.build import merge as merge_mod
+from lookupkit.create import merge as merge_mod
 from lookupkit.cli.merge import app as merge_app
 from lookupkit.counts.bigrams import count_static
 from lookupkit.counts.dict_cache import NgramCache
@@ -132,7 +132,7 @@ def test_ctrl_c_after_the_rename_keeps_the_merged_file(tmp_path, monkeypatch):
 
 
 def test_help_has_examples_in_the_commands_style():
-    from lookupkit.build.memory_budget import DEFAULT_MEMORY_BUDGET, size_text
+    from lookupkit.create.memory_budget import DEFAULT_MEMORY_BUDGET, size_text
 
     r = runner.invoke(merge_app, ["--help"])
     text = " ".join(r.stdout.split())

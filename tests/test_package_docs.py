@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["lookupkit", "lookupkit/counts", "lookupkit/draft", "lookupkit/policy", "lookupkit/replay", "lookupkit/build",
+PACKAGES = ["lookupkit", "lookupkit/counts", "lookupkit/draft", "lookupkit/policy", "lookupkit/replay", "lookupkit/create",
             "lookupkit/static", "lookupkit/suffix", "lookupkit/integrations", "lookupkit/serve",
             "lookupkit/tokenizer", "formats", "corpora", "cli", "bench"]
 

@@ -192,7 +192,7 @@ def test_the_default_table_loads_and_a_policy_drafter_works_without_higher_order
 
 
 def test_lookup_create_orders_streams_the_same_bytes_as_the_in_memory_writer(tmp_path):
-    from lookupkit.build import build_static
+    from lookupkit.create import build_static
     from lookupkit.corpora import TokenFile
 
     ids = phrase_stream(4, n=20_000)

@@ -13,12 +13,12 @@ import needs  # noqa: E402
 ray = needs.module("ray", "pip install 'lookupkit[ray]'")
 
 from lookupkit import Tokenizer  # noqa: E402
-from lookupkit.build import build_static  # noqa: E402
-from lookupkit.build import parallel  # noqa: E402
+from lookupkit.create import build_static  # noqa: E402
+from lookupkit.create import parallel  # noqa: E402
 from lookupkit.corpora import TextFile, TokenFile  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = [os.path.join(ROOT, p) for p in ("README.md", "formats/SPEC.md", "lookupkit/build/pipeline.py")]
+TEXTS = [os.path.join(ROOT, p) for p in ("README.md", "formats/SPEC.md", "lookupkit/create/pipeline.py")]
 
 
 @pytest.fixture(scope="module")

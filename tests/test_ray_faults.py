@@ -17,8 +17,8 @@ import needs  # noqa: E402
 
 ray = needs.module("ray", "pip install 'lookupkit[ray]'")
 
-from lookupkit.build import build_static, parallel  # noqa: E402
-from lookupkit.build import ray_tasks as ray_build  # noqa: E402
+from lookupkit.create import build_static, parallel  # noqa: E402
+from lookupkit.create import ray_tasks as ray_build  # noqa: E402
 from lookupkit.corpora import TokenFile  # noqa: E402
 from lookupkit.errors import LookupkitError  # noqa: E402
 

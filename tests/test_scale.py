@@ -9,10 +9,10 @@ import tempfile
 import numpy as np
 import pytest
 
-from lookupkit.build import memory_budget as budget
+from lookupkit.create import memory_budget as budget
 from lookupkit.bench.scale import gen as scale_gen
 from lookupkit.bench.scale.gen import ZipfMarkov, fit_power, generate, growth
-from lookupkit.build.pipeline import _meta, _tokenize, build_static
+from lookupkit.create.pipeline import _meta, _tokenize, build_static
 from lookupkit.corpora import TokenFile
 from lookupkit.corpora.stream import TextBudget
 from lookupkit.counts import spill

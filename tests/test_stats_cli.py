@@ -231,7 +231,7 @@ def merge_cmd(*args):
 
 
 def parts_of(path: Path) -> dict:
-    from lookupkit.build.merge import read_ngrams
+    from lookupkit.create.merge import read_ngrams
 
     return read_ngrams(path).to_dict()
 

@@ -71,7 +71,7 @@ def test_without_an_index_the_file_is_version_1_or_2_with_no_suffix(tmp_path):
 def test_lookup_creates_file_is_the_in_memory_writers_bytes(tmp_path):
     """build_static streams the 2-grams from merged parts and copies the suffix part in: the same bytes as
     lkc_write.write_file of the same table and index (-j 1 and 2)."""
-    from lookupkit.build import build_static
+    from lookupkit.create import build_static
     from lookupkit.corpora import TokenFile
 
     paths, docs = [], [d for d in DOCS if len(d)]

@@ -115,7 +115,7 @@ def test_gemma_encode_chunks_small_chunks(seed):
 
 def test_gemma_store_path_with_small_segments(monkeypatch, tmp_path):
     """lookup-create's path: 4 KB segments cut at the store's checkpoints, same ids as one encode."""
-    from lookupkit.build import tokenized as tk
+    from lookupkit.create import tokenized as tk
     from lookupkit.corpora import TextFile
     from lookupkit.corpora.stream import TextBudget
 
@@ -129,7 +129,7 @@ def test_gemma_store_path_with_small_segments(monkeypatch, tmp_path):
 
 def test_cuts_skip_newline_runs():
     """A vocabulary with "\\n\\n" tokens: a cut is never placed inside a newline run."""
-    from lookupkit.build.tokenized import next_cut as cut_at
+    from lookupkit.create.tokenized import next_cut as cut_at
 
     b = b"ab\n\nCd\n\n\nEf\nGh\n Ij"
     cuts = []
@@ -231,7 +231,7 @@ def test_refused_vocab_through_llama_cpp(name):
     assert tok.encode(text).tolist() == llama_ids(path, text, True, True)
     with pytest.raises(InputError, match="whole texts"):
         tok.encode_segment(text, first=True, last=False)
-    from lookupkit.build.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
+    from lookupkit.create.tokenized import tokenizer_mode  # stored ids name the llama.cpp build that made them
     assert tokenizer_mode(tok).endswith(f":llama-cpp-python={tok.version}")
 
 

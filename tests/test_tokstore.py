@@ -13,8 +13,8 @@ from hypothesis import given, settings, strategies as st
 from lookupkit.formats import token_store
 from lookupkit.tokenizer import store as tokstore
 from lookupkit.corpora import TextBudget, TextFile
-from lookupkit.build import tokenized
-from lookupkit.build.tokenized import tokenize_source
+from lookupkit.create import tokenized
+from lookupkit.create.tokenized import tokenize_source
 from lookupkit.errors import FormatError
 from lookupkit.tokenizer.encode import Tokenizer
 from lookupkit.tokenizer.store import Checkpoint, Entry, TokenStore

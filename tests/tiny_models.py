@@ -93,7 +93,7 @@ def qwen2_model(seed: int = 0, n_layer: int = 2, hidden: int = 64):
 def static_from_text(text: str, path: Path) -> Path:
     """A static .lkc built with lookupkit's pipeline from `text` (bundled GPT-2 vocabulary)."""
     from lookupkit import Tokenizer
-    from lookupkit.build import build_static
+    from lookupkit.create import build_static
     from lookupkit.corpora import TextFile
 
     src = path.with_suffix(".txt")

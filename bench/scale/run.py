@@ -248,7 +248,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def _budget_mib(text: str) -> float:
-    from lookupkit.build.memory_budget import parse_size
+    from lookupkit.create.memory_budget import parse_size
 
     return parse_size(text) / 2**20
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.build.memory_budget import parse_size
+from lookupkit.create.memory_budget import parse_size
 from lookupkit.tokenizer import Tokenizer
 
 from lookupkit.bench.harness import RESULTS, SHARED, command, git_state, machine, write_text

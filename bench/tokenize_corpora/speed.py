@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lookupkit.build.memory_budget import parse_size
-from lookupkit.build.parallel import PIECE_BYTES
-from lookupkit.build.tokenized import next_cut
+from lookupkit.create.memory_budget import parse_size
+from lookupkit.create.parallel import PIECE_BYTES
+from lookupkit.create.tokenized import next_cut
 from lookupkit.corpora import TextFile
 from lookupkit.corpora.stream import Consumed, TextBudget
 from lookupkit.tokenizer import Tokenizer

@@ -25,7 +25,7 @@ from .rule import Thresholds, draft_tokens
 from ..static.source import grow_memo, new_memo, static_arrays
 from ..errors import InputError
 from ..counts.flat import FlatCache
-from ..token_ids import token_ids
+from ..rules import token_ids
 from ..formats import read_ngrams
 from ..static.cache import StaticCache
 from ..counts.tables import NgramTable

@@ -28,7 +28,7 @@ from ..counts.history_index import MAX_LOG, SEPARATOR, clear_slots, insert_posit
 from ..counts.match_index import MATCH_LENGTHS
 from ..errors import FormatError, InputError, VocabMismatchError
 from ..rules import HISTORY_BUDGET, HISTORY_BUDGET_MAX
-from ..token_ids import token_ids
+from ..rules import token_ids
 
 BUDGET_MIN = int(MATCH_LENGTHS[0]) * 2  # tokens: room for one sequence that can be matched at every length
 

@@ -1,7 +1,8 @@
 """Drop-in drafters for real inference engines, and what both adapters share.
 
-`lookupkit.integrations.llama_cpp` (lookupkit's own greedy loop over llama-cpp-python's low-level API,
-`generate()` in `llama_generate`, and llama-cpp-python's draft-model hook) and
+`llama_model` is the one layer over llama-cpp-python's low-level API every loop stands on (a batch, the model,
+open_model, the verify step, the draft check, why a generation stopped). `lookupkit.integrations.llama_cpp`
+(lookupkit's own greedy loop, `generate()` in `llama_generate`, and llama-cpp-python's draft-model hook) and
 `lookupkit.integrations.transformers` (transformers' `generate(custom_generate=...)`) import their
 engine lazily, so importing this package costs nothing beyond lookupkit itself; `calibrate` measures
 what one more verified token costs on a GGUF model, through generate()'s own verify step, and `compare`

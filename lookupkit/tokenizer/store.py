@@ -3,7 +3,7 @@
 An entry is one document's token ids as independent zstd frames of little-endian int32, followed by
 a JSON index: the frames, the document's size and sha256, and checkpoints (byte offset, token offset,
 sha256 of the bytes before it) at line ends where the tokenizer may cut. A later build whose bytes
-match an entry up to a checkpoint reuses the tokens before it (see lookupkit/build/tokenized.py).
+match an entry up to a checkpoint reuses the tokens before it (see lookupkit/create/tokenized.py).
 
 File: b"LKTOK001" | frames | index (UTF-8 JSON) | u64 LE index length | b"LKTOK001", the `.lkt` layout
 that lookupkit.formats.token_store writes and reads (formats/SPEC.md); this module is the cache around it.

@@ -25,10 +25,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from lookupkit._version import __version__
-from lookupkit.build.memory_budget import check_write, children_peak_rss, disk_errors, plan_memory, work_dir
-from lookupkit.build.parallel import (Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup,
+from lookupkit.create.memory_budget import check_write, children_peak_rss, disk_errors, plan_memory, work_dir
+from lookupkit.create.parallel import (Boundaries, CountedDoc, CounterSpec, Workers, count_ids, stored_lookup,
                                       tokenize_count)
-from lookupkit.build.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
+from lookupkit.create.tokenized import DocTokens, token_doc, tokenize_source, tokenizer_mode
 from lookupkit.corpora.stream import TextBudget
 from lookupkit.counts.bigrams import CHUNK_TOKENS
 from lookupkit.counts.high_orders import count_order, follower_bits
@@ -38,7 +38,7 @@ from lookupkit.files import atomic_writer, check_writable
 from lookupkit.formats import BY_NAME, format_for_path
 from lookupkit.formats.streamed import write_parts
 from lookupkit.formats.lkc_orders import HighOrders, OrderParams
-from lookupkit.memory import peak_rss_bytes
+from lookupkit.files import peak_rss_bytes
 from lookupkit.rules import COUNT_MAX, ID_MAX
 from lookupkit.suffix import write as suffix_write
 from lookupkit.tokenizer.store import TokenStore
@@ -103,7 +103,7 @@ def build_static(sources: Sequence, tokenizer, out_path: str | os.PathLike, form
             suffix_write.check_ids(tokenizer.n_vocab - 1 if tokenizer is not None else (spec.id_bound or 1) - 1)
         high = suffix = None
         if ray is not None:
-            from lookupkit.build.ray_tasks import count_on_ray
+            from lookupkit.create.ray_tasks import count_on_ray
 
             with _timed(phases, peaks, "tokenize"):
                 docs, skipped, parts = count_on_ray(ray, sources, tokenizer, spec, TextBudget(max_bytes, cut), plan, work)

@@ -18,8 +18,8 @@ import os
 
 import numpy as np
 
-from lookupkit.build.parallel import Boundaries, CountedDoc, count_ids, tokenize_count
-from lookupkit.build.tokenized import token_doc
+from lookupkit.create.parallel import Boundaries, CountedDoc, count_ids, tokenize_count
+from lookupkit.create.tokenized import token_doc
 from lookupkit.corpora.stream import Utf8Decoder
 from lookupkit.counts.bigrams import FollowerCounter
 from lookupkit.counts.runs import merge_arrays, part_from_arrays, split_by_t0

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lookupkit import formats
-from lookupkit.build.memory_budget import check_write, disk_errors, plan_memory, work_dir
+from lookupkit.create.memory_budget import check_write, disk_errors, plan_memory, work_dir
 from lookupkit.counts.bigrams import CHUNK_TOKENS, PACK_BITS
 from lookupkit.counts.dict_cache import merge_tables
 from lookupkit.counts.runs import merge_block, merge_range, write_run

@@ -31,7 +31,7 @@ from lookupkit.counts.spill import SpillingCounter
 from lookupkit.errors import InputError, LookupkitError
 from lookupkit.tokenizer.store import HEAD_BYTES, Checkpoint, TokenStore
 from lookupkit.corpora.stream import Consumed, Utf8Decoder
-from lookupkit.build.tokenized import DocTokens, next_cut, tokenizer_mode
+from lookupkit.create.tokenized import DocTokens, next_cut, tokenizer_mode
 
 PIECE_BYTES = 4 * 2**20
 IDS_PIECE = 8 * 2**20  # tokens per counting task for token-id sources
