@@ -64,7 +64,7 @@ def demo(
 ) -> None:
     """Build, open and draft from a static cache of Python's stdlib; replay lookupkit's own code."""
     # The build, the tokenizer and the kernels are imported here: `lookupkit inspect` imports this module too.
-    from lookupkit.build import build_static
+    from lookupkit.create import build_static
     from lookupkit.compile_notice import COMPILE_S
     from lookupkit.corpora import StdlibCorpus
     from lookupkit.draft import Drafter
