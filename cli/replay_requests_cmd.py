@@ -50,7 +50,7 @@ def replay_requests_cmd(
     from lookupkit import models
     from lookupkit.errors import InputError
     from lookupkit.integrations.engines import drafter_factory
-    from lookupkit.replay.requests import read_log, replay_parallel, replay_requests, summary
+    from lookupkit.replay.requests import predicted, read_log, replay_parallel, replay_requests, summary
     from lookupkit.tokenizer.vocab import fingerprint, load
     from lookupkit.verify_cost import VerifyCost
 
@@ -108,9 +108,8 @@ def replay_requests_cmd(
         elif "predicted_speedup" in r:
             line += f"; predicted decode speed-up {r['predicted_speedup']:.2f}x"
         typer.echo(line)
-    speed = lambda r: r["aggregate"]["predicted_speedup"] if "aggregate" in r else r.get("predicted_speedup")  # noqa: E731
-    if learn.value != "off" and cost is not None and speed(results["off"]):
-        gain = speed(results[learn.value]) / speed(results["off"])
+    if learn.value != "off" and cost is not None and predicted(results["off"]):
+        gain = predicted(results[learn.value]) / predicted(results["off"])
         typer.echo(f"learning ({learn.value}) predicts {gain:.2f}x the speed of learning nothing on this traffic")
     elif cost is None:
         typer.echo("(add --verify-cost CURVE.json from `lookupkit calibrate` for the predicted speed-up)")

@@ -11,13 +11,8 @@ import sys
 from pathlib import Path
 
 from lookupkit.files import atomic_writer
-
-PLAIN_ROW = "lk:plain"
-
-
-def decode_speed(runs: list[dict]) -> float:
-    """Tokens after the first over the server's generation time, summed over requests (one client at a time)."""
-    return sum(r["n_gen"] - 1 for r in runs) / sum(r["t_gen_s"] for r in runs)
+from lookupkit.replay.requests import predicted
+from lookupkit.bench.serve.report import decode_speed
 
 
 def replay_row(row: dict, mine: list[dict], plain: list[dict], log_path: Path, model, lkc: Path,
@@ -39,12 +34,11 @@ def replay_row(row: dict, mine: list[dict], plain: list[dict], log_path: Path, m
     if proc.returncode:
         return {"command": shlex.join(cmd[2:]), "error": (proc.stderr or proc.stdout).strip()[-300:]}
     res = json.loads(proc.stdout)["results"]
-    speed = lambda r: r["aggregate"]["predicted_speedup"] if "aggregate" in r else r.get("predicted_speedup")  # noqa: E731
     if clients == 1:
         measured = decode_speed(mine) / decode_speed(plain) if plain else None
     else:
         measured = mine[0]["level_tok_per_s"] / plain[0]["level_tok_per_s"] if plain else None
-    return {"command": shlex.join(cmd[2:]), "clients": clients, "predicted": speed(res[learn]),
-            "predicted_off": speed(res["off"]), "measured": measured,
+    return {"command": shlex.join(cmd[2:]), "clients": clients, "predicted": predicted(res[learn]),
+            "predicted_off": predicted(res["off"]), "measured": measured,
             "drafted_accepted": [res[learn]["drafted"], res[learn]["accepted"]],
             "server_drafted_accepted": [sum(r["drafted"] or 0 for r in mine), sum(r["accepted"] or 0 for r in mine)]}

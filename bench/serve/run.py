@@ -30,7 +30,8 @@ from lookupkit.bench.models import bench_dir
 from lookupkit.bench.harness import RESULTS, command, git_state, machine, warm_file, write_text
 from lookupkit.bench.serve import client
 from lookupkit.bench.llama_server import llama_server_cmd
-from lookupkit.bench.serve.replay import PLAIN_ROW, replay_row
+from lookupkit.bench.serve.bounds import PLAIN
+from lookupkit.bench.serve.replay import replay_row
 from lookupkit.bench.serve.servers import Server, lookupkit_cmd
 from lookupkit.bench.serve.sessions import conversations, run_session, session_sets, slot_ctx
 from lookupkit.bench.serve.tasks import (SESSION_TASKS, STARTUP_CACHES, TASK_CACHE, TASKS, cache_commands, prompts,
@@ -167,7 +168,7 @@ class Bench:
         """What `lookupkit replay-requests` predicts for one row from the requests and responses it served, as
         `clients` clients sent them, beside what it measured over lk:plain (replay.replay_row)."""
         mine = [r for r in runs if r["row"] == row["name"]]
-        plain = [r for r in runs if r["row"] == PLAIN_ROW]
+        plain = [r for r in runs if r["row"] == PLAIN]
         log_path = self.logs / f"{task}-{clients}-{row['name'].replace(':', '-')}.jsonl"
         return replay_row(row, mine, plain, log_path, self.args.model, self.args.caches / f"{TASK_CACHE[task]}.lkc",
                           clients)

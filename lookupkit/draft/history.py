@@ -160,6 +160,11 @@ class History:
         return f"History({self.n_tokens:,} of {self.budget:,} tokens, {self.learnt:,} sequences learnt)"
 
 
+def top_id(logs) -> int:
+    """The largest token id in TenantLogs (-1: none; the logs' SEPARATORs are -1)."""
+    return max((int(t.log.max()) for t in logs if len(t.log)), default=-1)
+
+
 def read_state(path, vocab=None, n_vocab: int | None = None) -> tuple[list, dict]:
     """A state file's TenantLogs and header (formats.history_state.read: checksums, bounds, `vocab` if given, ids
     below the vocabulary size it records), every budget it records checked too, and every id below n_vocab (the
@@ -172,7 +177,7 @@ def read_state(path, vocab=None, n_vocab: int | None = None) -> tuple[list, dict
             check_budget(budget)
     except InputError as exc:
         raise FormatError(f"{path} is not a valid lookupkit history state: {exc}") from None
-    top = max((int(t.log.max()) for t in logs if len(t.log)), default=-1)
+    top = top_id(logs)
     if n_vocab is not None and top >= n_vocab:
         raise FormatError(f"{path} is not a history of this vocabulary: it holds the token id {top}, outside the "
                           f"{n_vocab:,} ids of the vocabulary it would draft for")

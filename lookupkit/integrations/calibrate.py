@@ -98,7 +98,6 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
         batch.free()
         m.clear()
     one = raw[("k", 0)]
-    med = {k: statistics.median(raw[("k", k)]) for k in sizes}
     paired = {p: [a / b for a, b in zip(raw[p], one)] for p in points}
     curve = {k: statistics.median(paired[("k", k)]) for k in sizes}
     spread = {k: quartiles(paired[("k", k)]) for k in sizes}
@@ -108,7 +107,7 @@ def calibrate(model_path, *, reps: int = 20, max_k: int = 64, position: int = 51
     slope = float(np.polyfit(np.array(sizes, float), np.array([curve[k] for k in sizes]), 1)[0])
     result = {"format": FORMAT, "model": os.fspath(model_path), "n_ctx_pos": position,
               "threads": int(llm.context_params.n_threads), "threads_batch": int(llm.context_params.n_threads_batch),
-              "reps": reps, "t1_s": med[0], "curve": curve, "spread": spread, "per_position_cost": slope,
+              "reps": reps, "t1_s": statistics.median(one), "curve": curve, "spread": spread, "per_position_cost": slope,
               "others_cores": others, "raw_s": {k: raw[("k", k)] for k in sizes}}
     if surface:
         result["slots"] = slots

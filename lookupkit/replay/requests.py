@@ -176,6 +176,12 @@ def plain_schedule(lengths: list[int], parallel: int, cost: VerifyCost) -> tuple
     return spent, steps
 
 
+def predicted(result: dict) -> float | None:
+    """The decode speed-up a replay-requests result predicts: the aggregate over its clients (--parallel), else
+    its one slot's."""
+    return result["aggregate"]["predicted_speedup"] if "aggregate" in result else result.get("predicted_speedup")
+
+
 def summary(traces: list[RequestTrace], cost: VerifyCost | None) -> dict:
     drafted = [d for t in traces for d in t.drafted]
     accepted = [a for t in traces for a in t.accepted]

@@ -330,8 +330,11 @@ def _error_handlers(served) -> dict:
             message = str(exc.detail)
         return respond(ApiError(exc.status_code, message))
 
+    async def busy(request, exc: Busy):  # (the engine's queue is full, or the server is stopping)
+        return respond(ApiError(503, str(exc), retry_after=exc.retry_after))
+
     async def bug(request, exc: Exception):
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return respond(ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details"))
 
-    return {ApiError: api_error, HTTPException: http_error, Exception: bug}
+    return {ApiError: api_error, HTTPException: http_error, Busy: busy, Exception: bug}

@@ -159,9 +159,10 @@ def open_server(model, *, on_batch=None, **settings) -> Served:
 def check_ids(tenants, n_vocab: int, state) -> None:
     """Refuse a --state whose histories hold an id this model's vocabulary cannot (a file of another model whose
     vocabulary has the same identity is impossible; a file edited with valid checksums is not)."""
+    from ..draft.history import top_id
     from .state import RESET_FLAG
 
-    top = max((int(t.log.max()) for t in tenants.snapshot() if len(t.log)), default=-1)
+    top = top_id(tenants.snapshot())
     if top >= n_vocab:
         raise InputError(f"--state {state} holds the token id {top}, outside this model's {n_vocab:,} ids; start "
                          f"afresh with {RESET_FLAG} (the file is replaced at the next save) or delete it")
