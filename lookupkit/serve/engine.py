@@ -250,9 +250,12 @@ class Engine:
         self._turn = (self._turn + 1) % max(1, len(live))  # who prices first goes round
         if self.pricer is not None:
             self.pricer.start(len(live))
+        drafts = {}
         for slot in live[self._turn:] + live[:self._turn]:
             pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
-            draft = self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
+            drafts[slot.seq] = pos, self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
+        for slot in live:  # in slot order: llama.cpp reuses a step's graph only while the sequences keep their order
+            pos, draft = drafts[slot.seq]
             work.append((slot, b.add([slot.tok, *draft], pos, 1 + len(draft), slot.seq), draft))
         for slot in self.slots:
             room = b.capacity - b.b.n_tokens
