@@ -151,8 +151,9 @@ def open_model(model, *, n_ctx: int = DEFAULT_CTX, threads: int | None = None, p
     of the window's size (swa_full=False; llama-cpp-python's default keeps n_ctx cells for those layers).
     model: a GGUF path or a `lookupkit.models` name; threads: for single tokens and batches alike;
     parallel: sequences the context holds (llama-server's -np: n_seq_max, each of n_ctx / parallel cells,
-    kv_unified off as in llama-server; `Llama` itself always makes one sequence, so its context is made
-    first at a throwaway size and replaced); n_draft: the most tokens a draft call adds, so that a verify batch
+    a KV stream each as in llama-server without --kv-unified: bench/serve/kv_layout measures both, and one pool
+    costs a lone slot and equal drafts more than it saves on unequal ones; `Llama` itself always makes one
+    sequence, so its context is made first at a throwaway size and replaced); n_draft: the most tokens a draft call adds, so that a verify batch
     of 1 + n_draft fits in n_batch (unless n_batch is given). The drafting kernels load in a background thread meanwhile
     (warmup.kernels(): the model's load hides them; generate() waits for them before its first draft)."""
     from .. import models
@@ -182,14 +183,14 @@ def batch_size(n_draft: int, parallel: int = 1) -> int:
     return max(LLAMA_BATCH, parallel * (n_draft + 1))
 
 
-def _replace_context(llm, n_ctx: int, parallel: int, n_batch: int, n_ubatch: int) -> None:
+def _replace_context(llm, n_ctx: int, parallel: int, n_batch: int, n_ubatch: int, unified: bool = False) -> None:
     from llama_cpp import _internals
 
     lib = require("llama_cpp", "llama-cpp-python", "llama")
     params = lib.llama_context_default_params()
     for name, _ in lib.llama_context_params._fields_:
         setattr(params, name, getattr(llm.context_params, name))
-    params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx, parallel, False
+    params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx, parallel, unified
     params.n_batch = min(n_ctx, n_batch)
     params.n_ubatch = min(params.n_batch, n_ubatch)
     llm._ctx.close()  # freed before the new one is made: never two KV caches at once
