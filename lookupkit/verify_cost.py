@@ -8,8 +8,9 @@ Drafting's own time is left out: microseconds per call against the milliseconds 
 
 A server decodes every busy slot's row and drafts in one step, so a slot's draft is priced by what it adds to
 that shared step: `step(n_seqs, rows)` is the cost of one decode of `rows` rows over `n_seqs` sequences
-(`lookupkit calibrate --slots N` measures it; without that, a curve's 1 + k rows stand in for any rows), and
-`batch_prices` turns it into the cost row a slot's policy maximises its yield against.
+(`lookupkit calibrate --slots N` measures it; without that, a curve's 1 + k rows stand in for any rows); a step
+whose slots draft unequal lengths is several such decodes (`passes`), and `batch_prices` turns the step's cost
+into the cost row a slot's policy maximises its yield against.
 """
 
 from __future__ import annotations
@@ -81,14 +82,24 @@ class VerifyCost:
             return float(np.interp(rows, r, c)) if r[0] <= rows <= r[-1] else math.inf
         return self.at(rows - 1)
 
-    def batch_prices(self, n_seqs: int, rows: int, n_draft: int) -> np.ndarray:
-        """cost[k], k = 0..n_draft: a step of `rows` rows (this slot's one included) with k more, relative to the
-        step without them; a policy that maximises (others' tokens + its own) / cost[k] maximises the step's
-        tokens per second (policy.chain)."""
-        base = self.step(n_seqs, rows)
+    def layout(self, rows) -> float:
+        """The cost of one server step whose slots, in sequence order, decode rows[i] rows each (0: idle): the sum
+        of its passes (`passes`), each priced by `step`."""
+        return sum(self.step(n, r) for n, r in passes(rows))
+
+    def batch_prices(self, rows, seq: int, n_draft: int) -> np.ndarray:
+        """cost[k], k = 0..n_draft: the step of `rows` (slot `seq` at its one row) with k more rows in slot seq,
+        relative to the step without them; a policy that maximises (others' tokens + its own) / cost[k] maximises
+        the step's tokens per second (policy.chain)."""
+        rows = list(rows)
+        base = self.layout(rows)
         if not base < math.inf:  # the step is already past what was measured: no draft is priced
             return np.array([1.0] + [math.inf] * n_draft)
-        return np.array([self.step(n_seqs, rows + k) / base for k in range(n_draft + 1)], np.float64)
+        out = np.empty(n_draft + 1, np.float64)
+        for k in range(n_draft + 1):
+            rows[seq] = 1 + k
+            out[k] = self.layout(rows) / base
+        return out
 
     @classmethod
     def of(cls, value) -> "VerifyCost":
@@ -105,35 +116,62 @@ class VerifyCost:
         return self.constant if self.constant is not None else f"curve {self.source}"
 
 
-class StepPricer:
-    """Prices the drafts of one step shared by n busy slots, slot after slot (serve.engine; replay-requests
-    --parallel replays it): each slot maximises the whole step's expected tokens per unit of its cost given the
-    rows and expected tokens of the slots before it, each later slot counted at its one row and one token. With one
-    busy slot a draft is priced by the curve alone."""
+def passes(rows) -> list[tuple[int, int]]:
+    """(sequences, rows) of each pass llama.cpp's decode makes over a batch whose sequences 0, 1, .. decode rows[i]
+    rows each, in that order, with a KV stream per sequence (llama-server's and lookupkit's -np contexts): a pass
+    takes the same number of rows from each of a run of consecutive busy sequences, so unequal drafts and idle
+    slots between busy ones split a step into more passes over the weights (bench/serve/kv_layout measures it)."""
+    left, out = list(rows), []
+    while True:
+        first = next((i for i, r in enumerate(left) if r > 0), None)
+        if first is None:
+            return out
+        end = first + 1
+        while end < len(left) and left[end] > 0:
+            end += 1
+        m = min(left[first:end])
+        out.append((end - first, m * (end - first)))
+        for i in range(first, end):
+            left[i] -= m
 
-    KEPT = 4096  # price rows kept (by slots busy, rows so far, draft ceiling): a server's steps repeat a few
+
+class StepPricer:
+    """Prices the drafts of one step shared by the busy slots, slot after slot (serve.engine; replay-requests
+    --parallel replays it): each slot maximises the whole step's expected tokens per unit of its cost given the
+    rows and expected tokens of the slots before it, each later slot counted at its one row and one token; the
+    step's cost is that of its passes (`passes`). With one busy slot a draft is priced by the curve alone."""
+
+    KEPT = 4096  # price rows kept (by the step's rows so far, slot, draft ceiling): a server's steps repeat a few
 
     def __init__(self, cost: VerifyCost):
         self.cost, self._rows_memo = cost, {}
-        self.start(1)
+        self.start([0])
 
-    def start(self, n_live: int) -> None:
-        """A new step of n_live slots, none drafted yet."""
-        self.n_live, self.rows, self.others = n_live, n_live, n_live - 1.0
+    def start(self, seqs) -> None:
+        """A new step of the busy slots `seqs` (their sequence ids), none drafted yet."""
+        self.n_live, self.others = len(seqs), len(seqs) - 1.0
+        self.layout = [0] * (max(seqs) + 1 if len(seqs) else 0)
+        for seq in seqs:
+            self.layout[seq] = 1
 
-    def price(self, k: int) -> tuple:
-        """Drafter.draft's price for the next slot's draft of at most k tokens."""
-        key = (self.n_live, self.rows, k)
+    def cost_of_step(self) -> float:
+        """The step's cost with the drafts priced so far, relative to one token."""
+        return self.cost.layout(self.layout)
+
+    def price(self, k: int, seq: int) -> tuple:
+        """Drafter.draft's price for slot seq's draft of at most k tokens."""
+        key = (tuple(self.layout), seq, k)
         if key not in self._rows_memo:
             if len(self._rows_memo) >= self.KEPT:
                 self._rows_memo.clear()
-            self._rows_memo[key] = self.cost.batch_prices(self.n_live, self.rows, k)
+            self._rows_memo[key] = self.cost.batch_prices(self.layout, seq, k)
         return self._rows_memo[key], self.others
 
-    def drafted(self, k: int, expected: float) -> None:
-        """That slot drafted k tokens, expected to yield `expected` tokens (Drafter.expected)."""
+    def drafted(self, k: int, expected: float, seq: int) -> None:
+        """Slot seq drafted k tokens, expected to yield `expected` tokens (Drafter.expected)."""
         if k:
-            self.rows, self.others = self.rows + k, self.others + expected - 1.0
+            self.layout[seq] += k
+            self.others += expected - 1.0
 
 
 def speedup(n_drafted, n_accepted, cost: VerifyCost | float) -> float | None:

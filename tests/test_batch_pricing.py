@@ -23,12 +23,28 @@ def test_a_step_is_priced_by_its_rows_on_the_measured_surface_else_by_the_curve(
     assert cost.step(2, 3) == pytest.approx(2.4)  # halfway between rows 2 and 4
     assert cost.step(2, 7) == math.inf and cost.step(2, 1) == math.inf  # outside what was measured
     assert cost.step(1, 3) == 2.0 and cost.step(3, 2) == 1.5  # no surface for 1 or 3 slots: the curve's 1 + k rows
-    np.testing.assert_allclose(cost.batch_prices(2, 2, 2), [1.0, 2.4 / 1.8, 3.0 / 1.8])
-    np.testing.assert_allclose(cost.batch_prices(1, 1, 3), [1.0, 1.5, 2.0, 2.4])  # one slot: the curve itself
-    past = cost.batch_prices(2, 9, 2)  # a step already past the surface drafts nothing more
-    assert past[0] == 1.0 and np.all(np.isinf(past[1:]))
-    constant = VerifyCost(constant=0.5)  # 1 + C (rows - 1)
-    np.testing.assert_allclose(constant.batch_prices(4, 4, 2), [1.0, 3.0 / 2.5, 3.5 / 2.5])
+    np.testing.assert_allclose(cost.batch_prices([1], 0, 3), [1.0, 1.5, 2.0, 2.4])  # one slot: the curve itself
+    # two slots, the second drafting: 1 + k rows beside the first's one are a pass of 2 rows over both and a
+    # pass of k rows over the second alone
+    np.testing.assert_allclose(cost.batch_prices([1, 1], 1, 2), [1.0, (1.8 + 1.0) / 1.8, (1.8 + 1.5) / 1.8])
+    # both drafting 1: one pass of 4 rows over both
+    assert cost.layout([2, 2]) == pytest.approx(3.0) and cost.layout([2, 1]) == pytest.approx(1.8 + 1.0)
+    past = VerifyCost(curve={0: 1.0, 1: 1.5}).batch_prices([1], 0, 2)  # past the curve: nothing more is priced
+    assert past[0] == 1.0 and past[1] == 1.5 and np.isinf(past[2])
+    constant = VerifyCost(constant=0.5)  # 1 + C (rows - 1) a pass
+    np.testing.assert_allclose(constant.batch_prices([1, 1, 1, 1], 0, 2), [1.0, 3.5 / 2.5, 4.0 / 2.5])
+
+
+def test_a_step_is_the_passes_llama_cpp_splits_it_into():
+    """A KV stream per sequence: each pass takes as many rows from each of a run of consecutive busy sequences
+    (llama.cpp's split_equal), worked by hand."""
+    from lookupkit.verify_cost import passes
+
+    assert passes([1, 1, 1, 1]) == [(4, 4)]
+    assert passes([17, 1, 6, 1]) == [(4, 4), (1, 16), (1, 5)]
+    assert passes([9, 9, 9, 9]) == [(4, 36)]
+    assert passes([3, 2, 0, 1]) == [(2, 4), (1, 1), (1, 1)]  # an idle slot ends a run
+    assert passes([0, 0]) == [] and passes([]) == []
 
 
 def test_a_curve_with_a_batch_surface_round_trips_and_a_bad_surface_is_refused(tmp_path):
@@ -64,8 +80,9 @@ def test_the_other_slots_raise_the_bar_a_draft_must_clear():
 
 
 def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
-    """Two requests at once on two slots, with extra rows nearly free for one busy slot and dearer than anything
-    they could yield beside another: the slots draft nothing while both are busy, and draft once the short
+    """Two requests at once on two slots, with extra rows nearly free for one busy slot, and beside another the
+    step's one pass over both nearly free while any more rows (a second pass, or a pass of more rows over both)
+    cost more than they could yield: the slots draft nothing while both are busy, and draft once the short
     request has ended; both outputs stay the model's greedy ones."""
     needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)")
     needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
@@ -79,7 +96,7 @@ def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
 
     curve = {k: 1.0 + 0.01 * k for k in range(9)}
     dear = VerifyCost(curve=curve, batch={1: (list(range(1, 10)), list(curve.values())),
-                                          2: ([2, 3, 10], [2.0, 1000.0, 2000.0])})
+                                          2: ([2, 3, 10], [0.1, 1000.0, 2000.0])})
     served = open_server(tiny_gguf, policy="lookupkit", verify_cost=dear, n_draft=8, parallel=2, n_ctx=1024, threads=1)
     seen, draft = [], served.engine._draft
 

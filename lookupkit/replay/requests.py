@@ -102,7 +102,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
                     n_ctx: int | None = None) -> tuple[list[RequestTrace], dict]:
     """Replay `requests` as `parallel` clients send them to a server: that many in flight at once, each in its own
     slot (a Drafter from make_drafter(), learning at its end as --learn says), every step drafting for each busy
-    slot as the engine does (verify_cost.StepPricer, in the engine's turn) and costing cost.step(busy slots, rows).
+    slot as the engine does (verify_cost.StepPricer, in the engine's turn) and costing the step's passes as it does.
     Returns the traces (in the log's order) and {"cost": the steps' cost, "plain_cost": the same schedule's steps
     without drafts, "steps", "plain_steps"}: plain_cost / cost is the aggregate decode speed-up predicted."""
     from collections import deque
@@ -133,12 +133,12 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
         if not live:
             continue
         turn = (turn + 1) % len(live)
-        pricer.start(len(live))
+        pricer.start(live)
         for i in live[turn:] + live[:turn]:
             idx, prompt, response, pos, drafted, accepted = slots[i]
             k = n_draft if n_ctx is None else min(n_draft, n_ctx - 2 - (len(prompt) + pos - 1))
-            d = drafters[i].draft(None, k, pricer.price(k)) if k > 0 else []
-            pricer.drafted(len(d), drafters[i].expected)
+            d = drafters[i].draft(None, k, pricer.price(k, i)) if k > 0 else []
+            pricer.drafted(len(d), drafters[i].expected, i)
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
                 a += 1
@@ -146,7 +146,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
             slots[i][3] = pos + a + 1
             drafted.append(len(d))
             accepted.append(a)
-        spent += cost.step(len(live), pricer.rows)
+        spent += pricer.cost_of_step()
         steps += 1
         for i in live:
             idx, prompt, response, pos, drafted, accepted = slots[i]

@@ -249,7 +249,7 @@ class Engine:
                 live.append(slot)
         self._turn = (self._turn + 1) % max(1, len(live))  # who prices first goes round
         if self.pricer is not None:
-            self.pricer.start(len(live))
+            self.pricer.start([slot.seq for slot in live])
         drafts = {}
         for slot in live[self._turn:] + live[:self._turn]:
             pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
@@ -311,7 +311,7 @@ class Engine:
         if self.pricer is None:
             draft = slot.drafter.draft(None, k)
         else:
-            draft = slot.drafter.draft(None, k, price=self.pricer.price(k))
+            draft = slot.drafter.draft(None, k, price=self.pricer.price(k, slot.seq))
         draft, cut = valid_draft(draft, self.m.n_vocab)
         if cut:
             self.metrics.inc("draft_refused_tokens_total", by=cut)
@@ -320,7 +320,7 @@ class Engine:
                 log.warning("a draft held a token id outside this model's vocabulary of %d: the cache is damaged "
                             "(check it with lookupkit verify); such drafts are cut there", self.m.n_vocab)
         if self.pricer is not None:
-            self.pricer.drafted(len(draft), slot.drafter.expected)
+            self.pricer.drafted(len(draft), slot.drafter.expected, slot.seq)
         return draft
 
     def _emit(self, slot: Slot, new: list, draft: list, n_acc: int) -> None:
