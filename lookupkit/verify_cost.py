@@ -120,7 +120,8 @@ def passes(rows) -> list[tuple[int, int]]:
     """(sequences, rows) of each pass llama.cpp's decode makes over a batch whose sequences 0, 1, .. decode rows[i]
     rows each, in that order, with a KV stream per sequence (llama-server's and lookupkit's -np contexts): a pass
     takes the same number of rows from each of a run of consecutive busy sequences, so unequal drafts and idle
-    slots between busy ones split a step into more passes over the weights (bench/serve/kv_layout measures it)."""
+    slots between busy ones split a step into more passes over the weights (bench/serve/kv_layout measures it).
+    llama.cpp also ends a pass at n_ubatch rows, which a step of drafts does not reach here."""
     left, out = list(rows), []
     while True:
         first = next((i for i, r in enumerate(left) if r > 0), None)

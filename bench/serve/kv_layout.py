@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lookupkit.bench.harness import command, entry, git_state, loadavg, machine, spread, write_text
+from lookupkit.errors import InputError
 
 LAYOUTS = {  # rows each of 4 sequences decodes in the step (0: that slot is idle)
     "plain, 4 slots": (1, 1, 1, 1),
@@ -38,9 +39,10 @@ def measure(model: str, unified: bool, position: int, reps: int, seed: int) -> d
     """{layout: [ms of each repetition]} in a fresh context of SLOTS sequences (unified or one stream each)."""
     from lookupkit.integrations.llama_model import Batch, Model, _replace_context, open_model
 
-    llm = open_model(model, n_ctx=SLOTS * 1024, threads=2, parallel=SLOTS, n_batch=512)
+    llm = open_model(model, n_ctx=SLOTS * 1024, threads=2, parallel=SLOTS, n_batch=512)  # a stream per sequence
     try:
-        _replace_context(llm, SLOTS * 1024, SLOTS, 512, 512, unified=unified)
+        if unified:
+            _replace_context(llm, SLOTS * 1024, SLOTS, 512, 512, unified=True)
         m = Model(llm)
         b = Batch(m.lib, 512)
         rng = np.random.default_rng(seed)
@@ -79,6 +81,11 @@ def run(argv) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-o", "--output", type=Path)
     a = p.parse_args(argv)
+    for flag, value, low in (("--rounds", a.rounds, 1), ("--reps", a.reps, 1), ("--position", a.position, 1)):
+        if value < low:
+            raise InputError(f"{flag} must be {low} or more, got {value}")
+    if a.position + max(max(v) for v in LAYOUTS.values()) > 1024:
+        raise InputError(f"--position {a.position} leaves no room for the layouts in a 1024-token slot: give 900 or less")
     model = str(models.resolve(a.model))
     info = machine()
     times = {mode: {name: [] for name in LAYOUTS} for mode in ("split", "unified")}

@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from lookupkit.bench.harness import command, entry, git_state, machine, write_text
+from lookupkit.bench.harness import command, entry, git_state, load_results, machine, write_text
 from lookupkit.bench.serve import client
 from lookupkit.bench.serve.run import CTX_PER_SLOT, CURVE, SLOTS, rows
-from lookupkit.bench.serve.servers import Server
+from lookupkit.bench.serve.servers import Server, lookupkit_cmd
 from lookupkit.bench.serve.tasks import TASK_CACHE, prompts
 from lookupkit.errors import InputError
 
@@ -47,6 +47,10 @@ def run(argv) -> None:
     p.add_argument("-o", "--output", type=Path, required=True)
     p.add_argument("--compare", type=Path, help="an earlier run's output: exit 1 unless every request matches")
     a = p.parse_args(argv)
+    before = None if a.compare is None else load_results(a.compare, "same-drafts", "a same_drafts run",
+                                                          "python -m lookupkit.bench.serve.same_drafts")["requests"]
+    if not Path(a.python).is_file():
+        raise InputError(f"--python {a.python} not found: give the interpreter of the checkout to serve with")
     model = models.resolve(a.model)
     tokenize = _vocab_tokenizer(Path(model))
     bos = tokenize("")[0]
@@ -59,9 +63,8 @@ def run(argv) -> None:
             raise InputError(f"{lkc} not found: bench/RESULTS.md says how the serving bench's caches are made")
         for name in ROWS:
             extra = [x.replace("{lkc}", str(lkc)) for x in by_name[name]["args"]]
-            cmd = lambda port, extra=extra: [a.python, "-m", "lookupkit", "serve", "-m", str(model), "--host",  # noqa: E731
-                                             "127.0.0.1", "--port", str(port), "-t", "2", "-c",
-                                             str(SLOTS * CTX_PER_SLOT), "-np", str(SLOTS), *extra]
+            cmd = lambda port, extra=extra: lookupkit_cmd(model, port, 2, SLOTS * CTX_PER_SLOT, SLOTS, extra,  # noqa: E731
+                                                          python=a.python)
             with Server(cmd, name=name) as s:
                 got = [client.complete(s.port, q, a.n_new) for q in ids]
             out[f"{name}/{task}"] = [{"tokens_sha256": hashlib.sha256(json.dumps(r["tokens"]).encode()).hexdigest(),
@@ -72,8 +75,7 @@ def run(argv) -> None:
                                      "python": a.python, "machine": machine(),
                                      "command": command("lookupkit.bench.serve.same_drafts", argv),
                                      "requests": out}, indent=1))
-    if a.compare is not None:
-        before = json.loads(a.compare.read_text())["requests"]
+    if before is not None:
         differ = [(k, i) for k in out for i, r in enumerate(out[k]) if before.get(k, [])[i:i + 1] != [r]]
         n = sum(len(v) for v in out.values())
         print(f"{n - len(differ)} of {n} requests identical to {a.compare}" + (f"; differ: {differ}" if differ else ""))

@@ -17,9 +17,11 @@ from lookupkit.bench.llama_server import ServerProcess
 READY_TIMEOUT_S = 600.0  # llama-server parses a 541 MB .lcs for ~90 s
 
 
-def lookupkit_cmd(model: Path, port: int, threads: int, ctx: int, parallel: int, extra: list[str]) -> list[str]:
-    """`lookupkit serve` as a user starts it (the installed module, not an in-process app)."""
-    return [sys.executable, "-m", "lookupkit", "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+def lookupkit_cmd(model: Path, port: int, threads: int, ctx: int, parallel: int, extra: list[str],
+                  python: str = sys.executable) -> list[str]:
+    """`lookupkit serve` as a user starts it (the installed module, not an in-process app; `python`: the
+    interpreter whose lookupkit runs)."""
+    return [python, "-m", "lookupkit", "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "-t", str(threads), "-c", str(ctx), "-np", str(parallel), *extra]
 
 

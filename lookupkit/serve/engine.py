@@ -254,7 +254,7 @@ class Engine:
         for slot in live[self._turn:] + live[:self._turn]:
             pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
             drafts[slot.seq] = pos, self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
-        for slot in live:  # in slot order: llama.cpp reuses a step's graph only while the sequences keep their order
+        for slot in live:  # in slot order: llama.cpp decodes a run of consecutive sequences in one pass (verify_cost.passes)
             pos, draft = drafts[slot.seq]
             work.append((slot, b.add([slot.tok, *draft], pos, 1 + len(draft), slot.seq), draft))
         for slot in self.slots:
