@@ -124,6 +124,36 @@ def test_the_report_judges_each_target_from_the_numbers():
     assert "| lk:policy | 96.0 | 1.60 | 1.20 |" in text and "NOT met" in text
 
 
+def _repeat(row, clients, tokens, wall_s, repeat, replay=None):
+    return {"row": row, "clients": clients, "requests": 2, "tokens": tokens, "wall_s": wall_s,
+            "tok_per_s": tokens / wall_s, "ttft_s": [0.1, 0.1], "runs": [], "repeat": repeat,
+            **({"replay": replay} if replay else {})}
+
+
+def test_the_report_pools_a_rows_repeats():
+    """--repeats 2, hand-worked: ngram-mod 1,000 tokens in 10 s then in 12.5 s (100 and 80 tok/s), lk:policy 1,000
+    in 8 s then 10 s (125 and 100): pooled 2,000 / 18 = 111.1 against 2,000 / 22.5 = 88.9, 1.25x, each shown with
+    its repeats' min-max. The replays: predicted 1.5 and 1.3 against measured 1.2 and 1.2: the mean 1.4 / 1.2 =
+    +17 %, not met. A session repeated is two sessions, each retry against its own repeat's first run."""
+    res = _results((96, 96))
+    res["concurrency"]["prose"] = [
+        _repeat("server:ngram-mod", 4, 1000, 10.0, 0), _repeat("lk:policy", 4, 1000, 8.0, 0, {"predicted": 1.5, "measured": 1.2}),
+        _repeat("lk:policy", 4, 1000, 10.0, 1, {"predicted": 1.3, "measured": 1.2}), _repeat("server:ngram-mod", 4, 1000, 12.5, 1)]
+    found = [(ok, detail) for what, ok, detail in report.targets(res) if "4 clients: lk:policy >= 1.2x" in what]
+    assert found == [(True, "1.25x")]
+    found = [(ok, detail) for what, ok, detail in report.targets(res) if "4 clients: the replay" in what]
+    assert found == [(False, "predicted 1.40x, measured 1.20x (+17%) (each repeat: 1.50/1.20, 1.30/1.20)")]
+    text = report.markdown(res)
+    assert "| prose | lk:policy | — | 111.1 (100.0–125.0) |" in text and "| 88.9 (80.0–100.0) |" in text
+    learn = "lk:policy-static-learn-history"
+    levels = [{**_level(learn, 1, (0.4,) * 5, 0.1, t), "repeat": rep, "requests": 5, "tokens": 55, "wall_s": 0.5}
+              for rep, t in enumerate((0.05, 0.1))]
+    s = report.session_table(levels)[1, learn]
+    assert s["sessions"] == 2 and s["requests"] == 10 and s["retry_vs_first"] == pytest.approx(0.2 / 0.15)
+    with pytest.raises(InputError, match="--repeats"):
+        run.parse_args(["--caches", "/", "--repeats", "0"])
+
+
 def test_each_row_is_set_beside_its_limits(tmp_path):
     """Hand-worked: 100 tokens a request, 10 drafted and 5 accepted: had all 10 been accepted, the same calls would
     have made (100 - 5 + 10) / 100 = 1.05x. The curve's best exact continuation: 1 + k tokens for cost[k],

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lookupkit.bench.serve.pooling import spread
+
 BASE, PLAIN = "server:none", "lk:plain"
 
 
@@ -52,7 +54,7 @@ def with_bounds(stats: dict, by_row: dict, cost, slots: int = 1) -> dict:
 
 
 def level_cell(lv: dict, levels: list[dict], cost) -> str:
-    """A concurrency cell: aggregate tok/s, the share of its exact bound (its server's plain row at the same client
+    """A concurrency cell: aggregate tok/s (a pooled level: its repeats' min-max), the share of its exact bound (its server's plain row at the same client
     count), accepted / drafted."""
     runs = lv.get("runs") or []
     plain = next((r for r in levels if r["clients"] == lv["clients"]
@@ -61,7 +63,7 @@ def level_cell(lv: dict, levels: list[dict], cost) -> str:
     share = f" ({lv['tok_per_s'] / (plain['tok_per_s'] * exact[0]):.0%})" if plain and exact else ""
     drafted = sum(r.get("drafted") or 0 for r in runs)
     acc = f"; {sum(r.get('accepted') or 0 for r in runs):,} / {drafted:,}" if drafted else ""
-    return f"{lv['tok_per_s']:.1f}{share}{acc}"
+    return f"{lv['tok_per_s']:.1f}{spread(lv)}{share}{acc}"
 
 
 def bound(limit: float | None, speed: float | None = None) -> str:

@@ -5,7 +5,8 @@ warm-up each (first allocations of a task-sized batch; arbitrary ids, not one of
 on every row, the rows' order rotated prompt by prompt — the same requests in the same order through the
 same client (client.complete) on every server. A prompt is never repeated: llama-server's ngram-mod keeps
 its table across requests, so a repeat would not be an independent sample. Then at 1, 2 and 4 concurrent
-clients (--clients), fresh servers with 4 slots each, the same prompts per level. Then (--parts sessions, not
+clients (--clients), fresh servers with 4 slots each, the same prompts per level (all levels --repeats times,
+each on fresh servers: the report pools a row's repeats). Then (--parts sessions, not
 by default) conversations on prose and code with the prompt cache, the same sessions at each client count on
 fresh 4-slot servers (sessions.py). Then start-up:
 time to /health and RSS with each static cache (warm page cache), and the 541 MB cache's resident and
@@ -178,15 +179,16 @@ class Bench:
         levels = self.levels(task, table, SLOTS * CTX_PER_SLOT,
                              lambda port, clients: client.concurrent(port, ids, self.args.n_new, clients))
         for clients in self.args.clients:
-            at = [lv for lv in levels if lv["clients"] == clients]
-            runs = [{**r, "row": lv["row"], "prompt_ids": ids[i], "level_tok_per_s": lv["tok_per_s"]}
-                    for lv in at for i, r in enumerate(lv["runs"])]
-            for lv in at:
-                row = next(r for r in table if r["name"] == lv["row"])
-                if "--verify-cost" in row["args"]:
-                    lv["replay"] = self.replay(row, runs, task, clients)
-                    log(f"{task} {clients} clients: {row['name']} replay predicts {lv['replay'].get('predicted')}, "
-                        f"measured {lv['replay'].get('measured')}")
+            for rep in range(self.args.repeats):
+                at = [lv for lv in levels if lv["clients"] == clients and lv["repeat"] == rep]
+                runs = [{**r, "row": lv["row"], "prompt_ids": ids[i], "level_tok_per_s": lv["tok_per_s"]}
+                        for lv in at for i, r in enumerate(lv["runs"])]
+                for lv in at:
+                    row = next(r for r in table if r["name"] == lv["row"])
+                    if "--verify-cost" in row["args"]:
+                        lv["replay"] = self.replay(row, runs, task, clients)
+                        log(f"{task} {clients} clients: {row['name']} replay predicts {lv['replay'].get('predicted')}, "
+                            f"measured {lv['replay'].get('measured')}")
         return levels
 
     def sessions(self, task: str, sess: list[dict], table: list[dict]) -> list[dict]:
@@ -196,18 +198,21 @@ class Bench:
                            lambda port, clients: conversations(port, sess, n_new, clients))
 
     def levels(self, task: str, table: list[dict], ctx: int, send) -> list[dict]:
-        """Per --clients count, per row (the order reversed every other count): a fresh server with SLOTS slots
-        and `ctx` tokens of context, an untimed warm-up, then send(port, clients) -> the level's record."""
+        """--repeats times, per --clients count, per row (the order reversed every other level): a fresh server
+        with SLOTS slots and `ctx` tokens of context, an untimed warm-up, then send(port, clients) -> the level's
+        record (its `repeat` noted: the report pools the repeats of a row and count)."""
         out = []
-        for level, clients in enumerate(self.args.clients):
+        levels = [(rep, clients) for rep in range(self.args.repeats) for clients in self.args.clients]
+        for level, (rep, clients) in enumerate(levels):
             order = table if level % 2 == 0 else table[::-1]
             for row in order:
                 with self.server(row, TASK_CACHE[task], SLOTS, ctx) as s:
                     client.complete(s.port, self.warmup, WARMUP_NEW)
                     load = os.getloadavg()[0]
                     rec = send(s.port, clients)
-                rec.update(row=row["name"], task=task, load1=load, slots=SLOTS)
-                log(f"{task} {clients} clients: {row['name']} {rec['tok_per_s']:.1f} tok/s in all")
+                rec.update(row=row["name"], task=task, load1=load, slots=SLOTS, repeat=rep)
+                log(f"{task} {clients} clients{f' (repeat {rep + 1})' if self.args.repeats > 1 else ''}: "
+                    f"{row['name']} {rec['tok_per_s']:.1f} tok/s in all")
                 out.append(rec)
         return out
 
@@ -279,6 +284,8 @@ def parse_args(argv=None):
     ap.add_argument("--concurrency-prompts", type=int, default=8)
     ap.add_argument("--concurrency-rows", default="server:none,server:ngram-mod,lk:plain,lk:policy",
                     help="the rows of the concurrency part (lookupkit's are replayed as that many clients too)")
+    ap.add_argument("--repeats", type=int, default=1, help="the concurrency and sessions parts this many times "
+                    "(fresh servers each time; the report pools a row's repeats and shows their min-max)")
     ap.add_argument("--startup-reps", type=int, default=2)
     ap.add_argument("--parts", default="tasks,concurrency,startup", help=f"of {','.join(PARTS)}")
     ap.add_argument("--seed", type=int, default=22, help="chooses the prompts (tune on another seed than the one you report)")
@@ -307,6 +314,8 @@ def parse_args(argv=None):
     if set(args.session_tasks) - set(SESSION_TASKS) or set(args.parts) - set(PARTS):
         raise InputError(f"unknown --session-tasks or --parts (session tasks: {', '.join(SESSION_TASKS)}; parts: "
                          f"{', '.join(PARTS)})")
+    if not 1 <= args.repeats <= 100:
+        raise InputError(f"--repeats must be between 1 and 100, got {args.repeats}")
     if args.caches is None or not args.caches.is_dir():
         raise InputError("--caches DIR is required (the static caches): " + "; ".join(cache_commands().values()))
     if not args.curve.is_file():
