@@ -17,7 +17,7 @@ needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)"
 llama_cpp = needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
 needs.module("uvicorn", "pip install 'lookupkit[serve]'")
 
-from lookupkit.bench.serve import client, report, run  # noqa: E402
+from lookupkit.bench.serve import client, pooling, report, run, sessions_report  # noqa: E402
 from lookupkit.bench.serve.servers import Server, file_memory, lookupkit_cmd  # noqa: E402
 from lookupkit.errors import InputError  # noqa: E402
 from lookupkit.integrations.llama_generate import generate  # noqa: E402
@@ -148,8 +148,9 @@ def test_the_report_pools_a_rows_repeats():
     learn = "lk:policy-static-learn-history"
     levels = [{**_level(learn, 1, (0.4,) * 5, 0.1, t), "repeat": rep, "requests": 5, "tokens": 55, "wall_s": 0.5}
               for rep, t in enumerate((0.05, 0.1))]
-    s = report.session_table(levels)[1, learn]
-    assert s["sessions"] == 2 and s["requests"] == 10 and s["retry_vs_first"] == pytest.approx(0.2 / 0.15)
+    levels[1]["runs"][1]["t_gen_s"] = 0.2  # repeat 2's first run of turn 2: each retry against its own repeat's
+    s = sessions_report.session_table(levels)[1, learn]  # (10 + 10) / 0.15 over (10 + 10) / 0.3 = 2.0
+    assert s["sessions"] == 2 and s["requests"] == 10 and s["retry_vs_first"] == pytest.approx(2.0)
     with pytest.raises(InputError, match="--repeats"):
         run.parse_args(["--caches", "/", "--repeats", "0"])
 
@@ -290,3 +291,56 @@ def test_the_report_judges_the_sessions_per_turn_and_client_count():
     # TTFT turn 1, turns >= 2 (p95 0.25 + 0.9 x 0.05), retry; 55 tokens / 0.4 s; 50 / 0.45 s decoding; reused 729 of 1,025
     assert f"| 1 | {learn} | 400 / 400 | 250 / 295 | 50 / 50 | 137.5 | 111.1 | 130.0 | 1.25 | 729 / 1,025 | 30 / 40 |" in text
     assert "**Sessions: prose** (1 session x 5 requests of 11 tokens" in text
+
+
+def test_copy_and_retried_turns_are_judged_against_the_exact_continuation_bound(tmp_path):
+    """Hand-worked on the curve {0: 1, 1: 1.5, 2: 1.2, 3: 2.0}: the exact continuation at k = 2 gives 2.5x plain.
+    Copy at 1 client: lk:plain 40 tok/s, so the bound is 100; lk:policy 95 reaches 0.95 of it (met), 80 would not.
+    A retried turn of 11 tokens decoded in 0.04 s (250 tok/s) against lk:plain's retry in 0.1 s (100 tok/s, bound
+    250): 1.00x, met; in 0.05 s (200 tok/s): 0.80x, not met."""
+    from lookupkit.verify_cost import save_curve
+
+    curve = str(save_curve({"curve": {0: 1.0, 1: 1.5, 2: 1.2, 3: 2.0}}, tmp_path / "c.json"))
+    res = {"command": "x", "date": "d", "git": {"commit": "abc"}, "machine": {"cpu": "c", "cores": 2},
+           "args": {"n_new": 100, "agent_new": 11, "clients": [1], "curve": curve}, "tasks": {},
+           "concurrency": {"copy": [_repeat("lk:plain", 1, 400, 10.0, 0), _repeat("lk:policy", 1, 950, 10.0, 0)]}}
+    found = [(ok, detail) for what, ok, detail in report.targets(res) if "exact-continuation" in what]
+    assert found == [(True, "0.95x")]
+    res["concurrency"]["copy"][1] = _repeat("lk:policy", 1, 800, 10.0, 0)
+    assert [ok for what, ok, _ in report.targets(res) if "exact-continuation" in what] == [False]
+    learn = "lk:policy-static-learn-history"
+    del res["concurrency"]
+    for retry_s, want in ((0.04, (True, "1.00x")), (0.05, (False, "0.80x"))):
+        res["sessions"] = {"code": [_level("lk:plain", 1, (0.4,) * 5, 0.1, 0.1), _level(learn, 1, (0.4,) * 5, 0.1, retry_s)]}
+        found = [(ok, detail) for what, ok, detail in report.targets(res) if "exact-continuation" in what]
+        assert found == [want]
+
+
+def test_the_reach_study_counts_runs_after_each_match():
+    """Hand-worked on 1 2 3 1 2 3 1 9 from position 3: before position 3 the `3` has no earlier match (skipped); at 4
+    the suffix `1` matched at 0 (m 1) continues 2 3 1 rightly, then 2 where the 9 is: a run of 3; at 5 `1 2` (m 2)
+    runs 2, at 6 `1 2 3` (m 3) runs 1, and at 7 `1 2 3 1` (m 4) is followed by 2, not 9: a run of 0."""
+    import numpy as np
+    from lookupkit.bench.policy_pays import reach
+
+    pairs = reach.runs_by_match(np.array([1, 2, 3, 1, 2, 3, 1, 9]), 3)
+    assert pairs == [(1, 3), (2, 2), (3, 1), (4, 0)]
+    rows = reach.run_table(pairs)
+    assert [(r["m"], r["positions"], r["p_first"]) for r in rows] == [("1-1", 1, 1.0), ("2-2", 1, 1.0), ("3-3", 1, 1.0),
+                                                                       ("4-7", 1, 0.0)]
+
+
+def test_the_report_pools_other_runs_as_further_repeats():
+    """Two runs of ngram-mod and lk:policy at 4 clients (the second with 2 repeats): pooled, lk:policy's 1,000 +
+    1,000 + 1,000 tokens over 8 + 10 + 12 s = 100 tok/s against 3,000 / 30 = 100: 1.00x; the first run is unchanged."""
+    first = _results((96, 96))
+    first["concurrency"]["prose"] = [_repeat("server:ngram-mod", 4, 1000, 10.0, 0), _repeat("lk:policy", 4, 1000, 8.0, 0)]
+    second = {"concurrency": {"prose": [
+        _repeat("server:ngram-mod", 4, 1000, 10.0, 0), _repeat("lk:policy", 4, 1000, 10.0, 0),
+        _repeat("server:ngram-mod", 4, 1000, 10.0, 1), _repeat("lk:policy", 4, 1000, 12.0, 1)]}, "sessions": {}}
+    both = pooling.merged(first, [("second.json", second)])
+    assert [lv["repeat"] for lv in both["concurrency"]["prose"]] == [0, 0, 1, 1, 2, 2]
+    assert both["args"]["repeats"] == 3 and len(first["concurrency"]["prose"]) == 2
+    found = [(ok, detail) for what, ok, detail in report.targets(both) if "4 clients: lk:policy >= 1.2x" in what]
+    assert found == [(False, "1.00x")]
+    assert "pooled with second.json" in report.markdown(both)

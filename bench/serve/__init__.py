@@ -12,7 +12,9 @@
 One room, one job per module: `client` (a streamed /completion, and N clients at once), `servers` (a
 server process of either kind: its command, start-up time, memory), `tasks` (the prompts and caches of
 prose, copying, code and the agent-like sessions), `sessions` (a conversation's turns, N of them at once
-with the prompt cache), `run` (what runs in which order), `report` (the tables, targets and plot),
+with the prompt cache), `run` (what runs in which order), `report` (the tables, targets and plot), `bounds` (the
+limits beside each row, and the targets), `pooling` (a row's repeats as one level), `sessions_report` (the sessions
+part's table and targets),
 `restart` (a learning server's speed before and after a restart from its saved state), `overhead` (what
 the HTTP path of `lookupkit serve` costs per token and per request, a fake engine in place of the model),
 `kv_layout` (what one step costs as the slots lay out their rows, with a KV stream per sequence or one pool),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lookupkit.files import atomic_writer
 from lookupkit.replay.requests import predicted
-from lookupkit.bench.serve.report import decode_speed
+from lookupkit.bench.serve.pooling import decode_speed
 
 
 def replay_row(row: dict, mine: list[dict], plain: list[dict], log_path: Path, model, lkc: Path,

@@ -2,6 +2,7 @@
 
     python -m lookupkit.bench.serve.report RESULTS.json [--md OUT.md] [--plot OUT.png]
 
+--pool OTHER.json ... adds other runs' concurrency and sessions levels as further repeats (same prompts).
 Without --md the markdown goes to stdout (bench/RESULTS.md quotes it); nothing is written beside the code.
 """
 
@@ -13,21 +14,12 @@ import statistics
 from pathlib import Path
 
 from lookupkit.bench.harness import write_text
-from lookupkit.bench.serve.bounds import BASE, PLAIN, bound, curve_of, level_cell, with_bounds
-from lookupkit.bench.serve.pooling import pooled
+from lookupkit.bench.serve.bounds import (BASE, PLAIN, RIVAL, TARGET_BOUND, TARGET_LEARN, TARGET_OWN, TARGET_PLAIN,
+                                           TARGET_PSS, TARGET_READY_S, TARGET_REPLAY, TARGET_RIVAL, bound, curve_of,
+                                           exact_share, level_cell, with_bounds)
+from lookupkit.bench.serve.pooling import merged, pct, pooled
+from lookupkit.bench.serve.sessions_report import session_markdown, session_targets
 from lookupkit.files import atomic_writer
-
-RIVAL = "server:ngram-mod"
-TARGET_RIVAL, TARGET_PLAIN, TARGET_READY_S, TARGET_PSS = 1.2, 0.05, 1.0, 1.1
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-quantile, linear between order statistics (numpy's default)."""
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def row_stats(runs: list[dict]) -> dict:
@@ -38,14 +30,6 @@ def row_stats(runs: list[dict]) -> dict:
     return {"requests": len(runs), "tok_per_s": sum(r["n_gen"] for r in runs) / sum(r["wall_s"] for r in runs),
             "req_p50": pct(speeds, 0.5), "req_p95": pct(speeds, 0.95), "req_min": min(speeds), "req_max": max(speeds),
             "ttft_p50": pct(ttft, 0.5), "ttft_p95": pct(ttft, 0.95), "drafted": drafted, "accepted": accepted}
-
-
-
-
-
-
-
-
 
 
 def task_table(task: dict, cost=None) -> dict:
@@ -90,7 +74,7 @@ def targets(res: dict, cost=None) -> list[tuple[str, bool | None, str]]:
                     f"{p:.3f}x" if p else "missing"))
     out += learning_targets(tables, res)
     out += source_targets(tables)
-    out += session_targets(res)
+    out += session_targets(res, cost)
     copy = tables.get("copy", {})
     for row in [r for r in copy if r.startswith("lk:") and r != PLAIN]:
         x = copy[row]
@@ -98,7 +82,7 @@ def targets(res: dict, cost=None) -> list[tuple[str, bool | None, str]]:
             out.append((f"copy: {row} >= {TARGET_BOUND}x the exact-continuation bound",
                         x["tok_per_s"] >= TARGET_BOUND * x["bound_exact"],
                         f"{x['tok_per_s'] / x['bound_exact']:.2f}x ({x['tok_per_s']:.1f} of {x['bound_exact']:.1f} tok/s)"))
-    out += concurrency_targets(res)
+    out += concurrency_targets(res, cost)
     st = res.get("startup")
     if st:
         ready = lambda row, cache: [r["t_ready_s"] for r in st["runs"] if r["row"] == row and r["cache"] == cache]  # noqa: E731
@@ -114,9 +98,10 @@ def targets(res: dict, cost=None) -> list[tuple[str, bool | None, str]]:
     return out
 
 
-def concurrency_targets(res: dict) -> list:
-    """Issue 31's at every client count: each drafting lookupkit row >= 1.2x ngram-mod and not below lk:plain;
-    lk:plain at least 0.95x llama-server none at 4 clients (its batch path; faster meets it)."""
+def concurrency_targets(res: dict, cost=None) -> list:
+    """Issue 31's at every client count: each drafting lookupkit row >= 1.2x ngram-mod and not below lk:plain, on
+    copy >= 0.9x the exact-continuation bound (cost: the bench's curve); lk:plain at least 0.95x llama-server none at
+    4 clients (its batch path; faster meets it)."""
     out = []
     for name, levels in res.get("concurrency", {}).items():
         levels = pooled(levels)
@@ -131,6 +116,10 @@ def concurrency_targets(res: dict) -> list:
                 if PLAIN in at:
                     out.append((f"{where}: {row} not below lk:plain", at[row] >= at[PLAIN],
                                 f"{at[row] / at[PLAIN]:.2f}x"))
+                share = exact_share(at[row], at.get(PLAIN), cost, clients) if name == "copy" else None
+                if share is not None:
+                    out.append((f"{where}: {row} >= {TARGET_BOUND}x the exact-continuation bound", share >= TARGET_BOUND,
+                                f"{share:.2f}x"))
             for lv in levels:
                 reps = [r for r in lv["replays"] if r.get("predicted") and r.get("measured")]
                 if lv["clients"] == clients and reps:  # repeats: the mean prediction against the mean measured
@@ -148,8 +137,6 @@ def concurrency_targets(res: dict) -> list:
 
 
 OFF, LEARNT = "lk:policy-static", "lk:policy-static-learn-"
-TARGET_BOUND = 0.9  # copy and retried turns: the share of the exact-continuation bound (issue 31)
-TARGET_LEARN, TARGET_REPLAY = 1.5, 0.15
 
 
 def learning_targets(tables: dict, res: dict) -> list:
@@ -173,7 +160,7 @@ def learning_targets(tables: dict, res: dict) -> list:
     return out
 
 
-CONTEXT, TARGET_OWN = "lk:policy", 1.1
+CONTEXT = "lk:policy"
 
 
 def source_targets(tables: dict) -> list:
@@ -192,96 +179,13 @@ def source_targets(tables: dict) -> list:
     return out
 
 
-GROUPS = (("turn 1", lambda r: r["turn"] == 1 and not r["retry"]), ("turns >= 2", lambda r: r["turn"] >= 2 and not r["retry"]),
-          ("retry", lambda r: r["retry"]))  # a session's requests by turn (a retry apart from its turn's first run)
-
-
-def decode_speed(runs: list[dict]) -> float | None:
-    """Decode tokens/s: the tokens after the first over the server's generation time (prompt left out)."""
-    t = sum(r["t_gen_s"] for r in runs)
-    return sum(r["n_gen"] - 1 for r in runs) / t if t else None
-
-
-def session_stats(level: dict) -> dict:
-    """One row at one client count of the sessions part: TTFT p50/p95 per group of turns, tok/s through the
-    client (prompt included) and decoding, the prompt tokens reused, and a retry's decode speed over its turn's
-    first run in the same session."""
-    runs = level["runs"]
-    first = {(r.get("repeat", 0), r["session"], r["turn"]): r for r in runs if not r["retry"]}
-    retries = [r for r in runs if r["retry"]]
-    again, once = decode_speed(retries), decode_speed([first[r.get("repeat", 0), r["session"], r["turn"]] for r in retries])
-    out = {"requests": len(runs), "sessions": len({(r.get("repeat", 0), r["session"]) for r in runs}),
-           "all_tok_per_s": level["tok_per_s"],
-           "wall_tok_per_s": sum(r["n_gen"] for r in runs) / sum(r["wall_s"] for r in runs),
-           "decode_tok_per_s": decode_speed(runs), "n_prompt": sum(r["n_prompt"] for r in runs),
-           "cache_n": sum(r["cache_n"] or 0 for r in runs), "retry_vs_first": again / once if again and once else None,
-           "drafted": sum(r["drafted"] or 0 for r in runs), "accepted": sum(r["accepted"] or 0 for r in runs)}
-    for name, keep in GROUPS:
-        ttft = [r["ttft_s"] for r in runs if keep(r) and r["ttft_s"] is not None]
-        out[name] = (pct(ttft, 0.5), pct(ttft, 0.95)) if ttft else (None, None)
-    return out
-
-
-def session_table(levels: list[dict]) -> dict:
-    """(clients, row) -> session_stats, with the wall tok/s over ngram-mod's at the same client count."""
-    stats = {(lv["clients"], lv["row"]): session_stats(lv) for lv in pooled(levels)}
-    for (clients, _), s in stats.items():
-        rival = stats.get((clients, RIVAL))
-        s["vs " + RIVAL] = s["wall_tok_per_s"] / rival["wall_tok_per_s"] if rival else None
-    return stats
-
-
-def session_targets(res: dict) -> list:
-    """Issue 30's, per sessions task and client count: each lookupkit row's TTFT p50 of turns >= 2 not above its
-    llama-server counterpart's (lk:plain: none; a drafting row: ngram-mod); each drafting row >= 1.2x ngram-mod
-    (tok/s through the client); with --learn history a retry decodes >= 1.5x its turn's first run."""
-    out = []
-    for task, levels in (res.get("sessions") or {}).items():
-        stats = session_table(levels)
-        for (clients, row), s in stats.items():
-            if not row.startswith("lk:"):
-                continue
-            at = f"sessions {task}, {clients} client{'s' * (clients > 1)}: {row}"
-            ref = stats.get((clients, BASE if row == PLAIN else RIVAL))
-            if ref and s["turns >= 2"][0] is not None and ref["turns >= 2"][0] is not None:
-                mine, theirs = s["turns >= 2"][0], ref["turns >= 2"][0]
-                out.append((f"{at} TTFT p50 of turns >= 2 not above {BASE if row == PLAIN else RIVAL}'s",
-                            mine <= theirs, f"{mine * 1e3:.0f} vs {theirs * 1e3:.0f} ms"))
-            if row != PLAIN and s["vs " + RIVAL] is not None:
-                out.append((f"{at} >= {TARGET_RIVAL}x ngram-mod", s["vs " + RIVAL] >= TARGET_RIVAL,
-                            f"{s['vs ' + RIVAL]:.2f}x"))
-            if row.endswith("-learn-history") and s["retry_vs_first"] is not None:
-                out.append((f"{at} the retried turn >= {TARGET_LEARN}x its first run (decode)",
-                            s["retry_vs_first"] >= TARGET_LEARN, f"{s['retry_vs_first']:.2f}x"))
-    return out
-
-
-def session_markdown(res: dict) -> list[str]:
-    lines = []
-    ms = lambda pair: " / ".join("—" if v is None else f"{v * 1e3:.0f}" for v in pair)  # noqa: E731
-    num = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
-    for task, levels in (res.get("sessions") or {}).items():
-        stats = session_table(levels)
-        first = next(iter(stats.values()))
-        lines += [f"**Sessions: {task}** ({first['sessions']} session{'s' * (first['sessions'] > 1)} x {first['requests'] // first['sessions']} requests "
-                  f"of {res['args']['agent_new']} tokens, prompt cache on, 4 slots; TTFT p50 / p95 ms; tok/s per request "
-                  "through the client, prompt included, and decoding)", "",
-                  "| clients | row | TTFT turn 1 | turns >= 2 | retry | tok/s | decode | all clients | vs ngram-mod | "
-                  "prompt reused | accepted / drafted |", "|---:|---|---|---|---|---:|---:|---:|---:|---|---|"]
-        for (clients, row), s in stats.items():
-            acc = f"{s['accepted']:,} / {s['drafted']:,}" if s["drafted"] else "—"
-            lines.append(f"| {clients} | {row} | {ms(s['turn 1'])} | {ms(s['turns >= 2'])} | {ms(s['retry'])} | "
-                         f"{s['wall_tok_per_s']:.1f} | {num(s['decode_tok_per_s'], '.1f')} | {s['all_tok_per_s']:.1f} | "
-                         f"{num(s['vs ' + RIVAL], '.2f')} | {s['cache_n']:,} / {s['n_prompt']:,} | {acc} |")
-        lines.append("")
-    return lines
-
-
 def markdown(res: dict) -> str:
     lines = [f"Command: `{res['command']}` — {res['date']}, git {str(res['git'].get('commit'))[:7]}"
              f"{' (dirty)' if res['git'].get('dirty') else ''}, {res['machine']['cpu']}, {res['machine']['cores']} cores; "
              + (f"{res['args']['n_new']} tokens per request of the tasks, " if res["tasks"] else "")
-             + "greedy, 2 threads.", ""]
+             + "greedy, 2 threads."
+             + (f" Concurrency and sessions pooled with {', '.join(res['pooled_with'])}." if res.get("pooled_with") else ""),
+             ""]
     cost = curve_of(res)
     for name, task in res["tasks"].items():
         s = task_table(task, cost)
@@ -315,8 +219,11 @@ def markdown(res: dict) -> str:
                          f"{rep['server_drafted_accepted'][0]:,} / {rep['server_drafted_accepted'][1]:,} |")
         lines.append("")
     if res.get("concurrency"):
-        lines += ["**Concurrent clients** (4 slots each, aggregate tok/s; in brackets the share of the exact-continuation "
-                  "bound at that client count, its slots' curve surface, and accepted / drafted)", "", "| task | row | " +
+        reps = res["args"].get("repeats", 1)
+        lines += ["**Concurrent clients** (4 slots each, aggregate tok/s"
+                  + (f" pooled over {reps} repeats, their min–max in the first brackets" if reps > 1 else "")
+                  + "; in brackets the share of the exact-continuation bound at that client count, its slots' curve "
+                  "surface, and accepted / drafted)", "", "| task | row | " +
                   " | ".join(f"{c} client{'s' * (c > 1)}" for c in res["args"]["clients"]) + " |",
                   "|---|---|" + "---:|" * len(res["args"]["clients"])]
         for name, levels in res["concurrency"].items():
@@ -349,10 +256,6 @@ def markdown(res: dict) -> str:
         lines.append("")
     lines += ["**Targets**", ""] + [f"- {'met' if ok else 'NOT met'}: {what} — {detail}" for what, ok, detail in targets(res, cost)]
     return "\n".join(lines) + "\n"
-
-
-
-
 
 
 def plot(res: dict, out: Path) -> None:
@@ -403,8 +306,12 @@ def main(argv=None) -> None:
     ap.add_argument("results", type=Path)
     ap.add_argument("--md", type=Path)
     ap.add_argument("--plot", type=Path)
+    ap.add_argument("--pool", type=Path, nargs="+", default=[], help="other runs of the same command (the same "
+                    "prompts): their concurrency and sessions levels pooled with RESULTS' as further repeats")
     args = ap.parse_args(argv)
     res = json.loads(args.results.read_text())
+    if args.pool:
+        res = merged(res, [(p.name, json.loads(p.read_text())) for p in args.pool])
     text = markdown(res)
     if args.md:
         write_text(args.md, text)

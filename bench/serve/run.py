@@ -1,17 +1,16 @@
 """What the serving bench runs, in which order, and what it writes.
 
-Per task, every row's server is started fresh (all of them at once, so rows interleave): an untimed
-warm-up each (first allocations of a task-sized batch; arbitrary ids, not one of the task's prompts), then every prompt once
-on every row, the rows' order rotated prompt by prompt — the same requests in the same order through the
-same client (client.complete) on every server. A prompt is never repeated: llama-server's ngram-mod keeps
-its table across requests, so a repeat would not be an independent sample. Then at 1, 2 and 4 concurrent
-clients (--clients), fresh servers with 4 slots each, the same prompts per level (all levels --repeats times,
-each on fresh servers: the report pools a row's repeats). Then (--parts sessions, not
-by default) conversations on prose and code with the prompt cache, the same sessions at each client count on
-fresh 4-slot servers (sessions.py). Then start-up:
-time to /health and RSS with each static cache (warm page cache), and the 541 MB cache's resident and
-proportional memory in one and in two `lookupkit serve` processes. The results JSON is rewritten after
-every part; the load average is recorded around every round.
+Per task, every row's server is started fresh (all of them at once, so rows interleave): an untimed warm-up each
+(first allocations of a task-sized batch; arbitrary ids, not one of the task's prompts), then every prompt once on
+every row, the rows' order rotated prompt by prompt — the same requests in the same order through the same client
+(client.complete) on every server. A prompt is never repeated on one server: llama-server's ngram-mod keeps its
+table across requests, so a repeat would not be an independent sample. Then at 1, 2 and 4 concurrent clients
+(--clients), fresh servers with 4 slots each, the same prompts per level (all levels --repeats times, each on fresh
+servers: the report pools a row's repeats). Then (--parts sessions, not by default) conversations on prose and code
+with the prompt cache, the same sessions at each client count on fresh 4-slot servers (sessions.py). Then start-up:
+time to /health and RSS with each static cache (warm page cache), and the 541 MB cache's resident and proportional
+memory in one and in two `lookupkit serve` processes. The results JSON is rewritten after every part; the load
+average is recorded around every round.
 """
 
 from __future__ import annotations
@@ -165,14 +164,14 @@ class Bench:
         out["replay"] = {r["name"]: self.replay(r, out["runs"]) for r in table if "lookupkit" in r["args"]}
         return out
 
-    def replay(self, row: dict, runs: list[dict], task: str = "agent", clients: int = 1) -> dict:
-        """What `lookupkit replay-requests` predicts for one row from the requests and responses it served, as
-        `clients` clients sent them, beside what it measured over lk:plain (replay.replay_row)."""
-        mine = [r for r in runs if r["row"] == row["name"]]
-        plain = [r for r in runs if r["row"] == PLAIN]
-        log_path = self.logs / f"{task}-{clients}-{row['name'].replace(':', '-')}.jsonl"
+    def replay(self, row: dict, runs: list[dict], task: str = "agent", clients: int = 1, rep: int = 0) -> dict:
+        """What `lookupkit replay-requests` predicts for one row from the requests and responses it served (in
+        repeat `rep`), as `clients` clients sent them, beside what it measured over lk:plain (replay.replay_row)."""
+        mine, plain = ([r for r in runs if r["row"] == name] for name in (row["name"], PLAIN))
+        log_path = self.logs / f"{task}-{clients}-{row['name'].replace(':', '-')}{f'-r{rep + 1}' * (rep > 0)}.jsonl"
         return replay_row(row, mine, plain, log_path, self.args.model, self.args.caches / f"{TASK_CACHE[task]}.lkc",
                           clients)
+
     def concurrency(self, task: str, ids: list[list[int]], table: list[dict]) -> list[dict]:
         """At each client count: fresh servers with SLOTS slots, the same prompts, rows alternating; then each
         drafting lookupkit row's served log replayed as that many clients (replay-requests --parallel)."""
@@ -186,9 +185,9 @@ class Bench:
                 for lv in at:
                     row = next(r for r in table if r["name"] == lv["row"])
                     if "--verify-cost" in row["args"]:
-                        lv["replay"] = self.replay(row, runs, task, clients)
-                        log(f"{task} {clients} clients: {row['name']} replay predicts {lv['replay'].get('predicted')}, "
-                            f"measured {lv['replay'].get('measured')}")
+                        lv["replay"] = rp = self.replay(row, runs, task, clients, rep)
+                        log(f"{task} {clients} clients, repeat {rep + 1}: {row['name']} replay predicts "
+                            f"{rp.get('predicted')}, measured {rp.get('measured')}")
         return levels
 
     def sessions(self, task: str, sess: list[dict], table: list[dict]) -> list[dict]:
@@ -198,13 +197,12 @@ class Bench:
                            lambda port, clients: conversations(port, sess, n_new, clients))
 
     def levels(self, task: str, table: list[dict], ctx: int, send) -> list[dict]:
-        """--repeats times, per --clients count, per row (the order reversed every other level): a fresh server
-        with SLOTS slots and `ctx` tokens of context, an untimed warm-up, then send(port, clients) -> the level's
-        record (its `repeat` noted: the report pools the repeats of a row and count)."""
+        """--repeats times, per --clients count, per row (the order reversed every other count and every other
+        repeat, so that no row always goes first): a fresh server with SLOTS slots and `ctx` tokens of context, an
+        untimed warm-up, then send(port, clients) -> the level's record (its `repeat` noted: the report pools them)."""
         out = []
-        levels = [(rep, clients) for rep in range(self.args.repeats) for clients in self.args.clients]
-        for level, (rep, clients) in enumerate(levels):
-            order = table if level % 2 == 0 else table[::-1]
+        for rep, (level, clients) in ((r, c) for r in range(self.args.repeats) for c in enumerate(self.args.clients)):
+            order = table if (level + rep) % 2 == 0 else table[::-1]
             for row in order:
                 with self.server(row, TASK_CACHE[task], SLOTS, ctx) as s:
                     client.complete(s.port, self.warmup, WARMUP_NEW)
