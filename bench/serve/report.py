@@ -9,11 +9,10 @@ Without --md the markdown goes to stdout (bench/RESULTS.md quotes it); nothing i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
-from lookupkit.bench.harness import write_text
+from lookupkit.bench.harness import entry, load_results, write_text
 from lookupkit.bench.serve.bounds import (BASE, PLAIN, RIVAL, TARGET_BOUND, TARGET_LEARN, TARGET_OWN, TARGET_PLAIN,
                                            TARGET_PSS, TARGET_READY_S, TARGET_REPLAY, TARGET_RIVAL, bound, curve_of,
                                            exact_share, level_cell, with_bounds)
@@ -118,8 +117,8 @@ def concurrency_targets(res: dict, cost=None) -> list:
                                 f"{at[row] / at[PLAIN]:.2f}x"))
                 share = exact_share(at[row], at.get(PLAIN), cost, clients) if name == "copy" else None
                 if share is not None:
-                    out.append((f"{where}: {row} >= {TARGET_BOUND}x the exact-continuation bound", share >= TARGET_BOUND,
-                                f"{share:.2f}x"))
+                    out.append((f"{where}: {row} >= {TARGET_BOUND}x the exact-continuation bound",
+                                share >= TARGET_BOUND, f"{share:.2f}x"))
             for lv in levels:
                 reps = [r for r in lv["replays"] if r.get("predicted") and r.get("measured")]
                 if lv["clients"] == clients and reps:  # repeats: the mean prediction against the mean measured
@@ -301,7 +300,7 @@ def plot(res: dict, out: Path) -> None:
         fig.savefig(f, format="png", dpi=110)
 
 
-def main(argv=None) -> None:
+def _main(argv) -> None:
     ap = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--md", type=Path)
@@ -309,9 +308,10 @@ def main(argv=None) -> None:
     ap.add_argument("--pool", type=Path, nargs="+", default=[], help="other runs of the same command (the same "
                     "prompts): their concurrency and sessions levels pooled with RESULTS' as further repeats")
     args = ap.parse_args(argv)
-    res = json.loads(args.results.read_text())
+    read = lambda path: load_results(path, "serve", "a serving bench's results", "python -m lookupkit.bench.serve")  # noqa: E731
+    res = read(args.results)
     if args.pool:
-        res = merged(res, [(p.name, json.loads(p.read_text())) for p in args.pool])
+        res = merged(res, [(p.name, read(p)) for p in args.pool])
     text = markdown(res)
     if args.md:
         write_text(args.md, text)
@@ -319,6 +319,10 @@ def main(argv=None) -> None:
         print(text, end="")
     if args.plot:
         plot(res, args.plot)
+
+
+def main(argv=None) -> None:
+    entry(_main, argv)
 
 
 if __name__ == "__main__":

@@ -153,9 +153,10 @@ def open_model(model, *, n_ctx: int = DEFAULT_CTX, threads: int | None = None, p
     parallel: sequences the context holds (llama-server's -np: n_seq_max, each of n_ctx / parallel cells,
     a KV stream each as in llama-server without --kv-unified: bench/serve/kv_layout measures both, and one pool
     costs a lone slot and equal drafts more than it saves on unequal ones; `Llama` itself always makes one
-    sequence, so its context is made first at a throwaway size and replaced); n_draft: the most tokens a draft call adds, so that a verify batch
-    of 1 + n_draft fits in n_batch (unless n_batch is given). The drafting kernels load in a background thread meanwhile
-    (warmup.kernels(): the model's load hides them; generate() waits for them before its first draft)."""
+    sequence, so its context is made first at a throwaway size and replaced); n_draft: the most tokens a draft call
+    adds, so that a verify batch of 1 + n_draft fits in n_batch (unless n_batch is given). The drafting kernels load
+    in a background thread meanwhile (warmup.kernels(): the model's load hides them; generate() waits for them before
+    its first draft)."""
     from .. import models
 
     warmup.kernels()
