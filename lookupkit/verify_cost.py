@@ -9,8 +9,8 @@ Drafting's own time is left out: microseconds per call against the milliseconds 
 A server decodes every busy slot's row and drafts in one step, so a slot's draft is priced by what it adds to
 that shared step: `step(n_seqs, rows)` is the cost of one decode of `rows` rows over `n_seqs` sequences
 (`lookupkit calibrate --slots N` measures it; without that, a curve's 1 + k rows stand in for any rows); a step
-whose slots draft unequal lengths is several such decodes (`passes`), and `batch_prices` turns the step's cost
-into the cost row a slot's policy maximises its yield against.
+whose slots draft unequal lengths is several such decodes (`passes`), and `StepPricer` plans how much of each slot's
+chain a step drafts.
 """
 
 from __future__ import annotations
@@ -87,20 +87,6 @@ class VerifyCost:
         of its passes (`passes`), each priced by `step`."""
         return sum(self.step(n, r) for n, r in passes(rows))
 
-    def batch_prices(self, rows, seq: int, n_draft: int) -> np.ndarray:
-        """cost[k], k = 0..n_draft: the step of `rows` (slot `seq` at its one row) with k more rows in slot seq,
-        relative to the step without them; a policy that maximises (others' tokens + its own) / cost[k] maximises
-        the step's tokens per second (policy.chain)."""
-        rows = list(rows)
-        base = self.layout(rows)
-        if not base < math.inf:  # the step is already past what was measured: no draft is priced
-            return np.array([1.0] + [math.inf] * n_draft)
-        out = np.empty(n_draft + 1, np.float64)
-        for k in range(n_draft + 1):
-            rows[seq] = 1 + k
-            out[k] = self.layout(rows) / base
-        return out
-
     @classmethod
     def of(cls, value) -> "VerifyCost":
         """A VerifyCost from itself, a number, or the text of `--verify-cost` (a number or a curve file)."""
@@ -137,42 +123,87 @@ def passes(rows) -> list[tuple[int, int]]:
 
 
 class StepPricer:
-    """Prices the drafts of one step shared by the busy slots, slot after slot (serve.engine; replay-requests
-    --parallel replays it): each slot maximises the whole step's expected tokens per unit of its cost given the
-    rows and expected tokens of the slots before it, each later slot counted at its one row and one token; the
-    step's cost is that of its passes (`passes`). With one busy slot a draft is priced by the curve alone."""
+    """Plans the drafts of one step shared by the busy slots (serve.engine; replay-requests --parallel replays it):
+    each slot computes its chain under `offer`, then `plan` chooses how much of each chain the step drafts so that
+    the step's expected tokens per unit of its cost (its passes: `passes`) is largest. Slots drafting equal lengths
+    share one pass over the weights, which no slot pricing its own draft beside the others' single rows sees
+    (bench/RESULTS.md: Drafts planned together). With one busy slot the plan is the one-sequence rule exactly."""
 
-    KEPT = 4096  # price rows kept (by the step's rows so far, slot, draft ceiling): a server's steps repeat a few
+    KEPT = 4096  # step costs kept (by layout): a server's steps repeat a few
+    SEARCHED = tuple(range(17)) + (20, 24, 28, 32, 40, 48, 56, 64)  # chain lengths a plan weighs past the first 16
 
     def __init__(self, cost: VerifyCost):
-        self.cost, self._rows_memo = cost, {}
+        self.cost, self._memo = cost, {}
         self.start([0])
 
     def start(self, seqs) -> None:
-        """A new step of the busy slots `seqs` (their sequence ids), none drafted yet."""
-        self.n_live, self.others = len(seqs), len(seqs) - 1.0
+        """A new step of the busy slots `seqs` (their sequence ids), nothing drafted yet."""
+        self.seqs = list(seqs)
         self.layout = [0] * (max(seqs) + 1 if len(seqs) else 0)
         for seq in seqs:
             self.layout[seq] = 1
 
     def cost_of_step(self) -> float:
-        """The step's cost with the drafts priced so far, relative to one token."""
-        return self.cost.layout(self.layout)
+        """The step's cost with the drafts planned so far, relative to one token."""
+        return self.layout_cost(self.layout)
 
-    def price(self, k: int, seq: int) -> tuple:
-        """Drafter.draft's price for slot seq's draft of at most k tokens."""
-        key = (tuple(self.layout), seq, k)
-        if key not in self._rows_memo:
-            if len(self._rows_memo) >= self.KEPT:
-                self._rows_memo.clear()
-            self._rows_memo[key] = self.cost.batch_prices(self.layout, seq, k)
-        return self._rows_memo[key], self.others
+    def layout_cost(self, rows) -> float:
+        key = tuple(rows)
+        if key not in self._memo:
+            if len(self._memo) >= self.KEPT:
+                self._memo.clear()
+            self._memo[key] = self.cost.layout(rows)
+        return self._memo[key]
 
-    def drafted(self, k: int, expected: float, seq: int) -> None:
-        """Slot seq drafted k tokens, expected to yield `expected` tokens (Drafter.expected)."""
-        if k:
-            self.layout[seq] += k
-            self.others += expected - 1.0
+    def offer(self, k: int, seq: int) -> tuple:
+        """Drafter.draft's price for slot seq's chain of at most k tokens: cost[j] the cheaper of the step with every
+        busy slot drafting j and of the step with slot seq alone drafting j, relative to the step without drafts,
+        and no others (so that a chain is computed as far as any plan might draft it); one busy slot: the curve."""
+        plain = list(self.layout)
+        base = self.layout_cost(plain)
+        out = np.empty(k + 1, np.float64)
+        for j in range(k + 1):
+            alone = list(plain)
+            alone[seq] = 1 + j
+            out[j] = min(self.layout_cost([r + j if r else 0 for r in plain]), self.layout_cost(alone)) / base
+        return out, 0.0
+
+    def plan(self, chains: dict) -> dict:
+        """{seq: tokens to draft} from the busy slots' chains {seq: E}, E[j] the tokens its first j would yield
+        (Drafter.plan; a busy slot not in `chains` decodes its one row): the best plan where every slot drafts
+        min(j, its chain) for one j, improved slot by slot (each its best length beside the others') until none
+        changes; the layout is then the plan's."""
+        seqs = list(chains)
+        others = sum(1 for s in self.seqs if s not in chains)
+        alone = len(seqs) == 1 and not others  # the one-sequence rule: every length weighed
+        lengths = {s: list(range(len(e))) if alone or len(e) <= 17 else
+                   [j for j in self.SEARCHED if j < len(e)] + [len(e) - 1] for s, e in chains.items()}
+        rows = list(self.layout)
+
+        def value(d: dict) -> float:
+            for s in seqs:
+                rows[s] = 1 + d[s]
+            cost = self.layout_cost(rows)
+            return (others + sum(chains[s][d[s]] for s in seqs)) / cost if cost < math.inf else 0.0
+
+        best, best_v = {s: 0 for s in seqs}, -1.0
+        for j in sorted({j for s in seqs for j in lengths[s]}):
+            d = {s: min(j, len(chains[s]) - 1) for s in seqs}
+            v = value(d)
+            if v > best_v:
+                best, best_v = d, v
+        for _ in range(4):
+            changed = False
+            for s in seqs:
+                for j in lengths[s]:
+                    v = value({**best, s: j})
+                    if v > best_v * (1 + 1e-12):
+                        best, best_v, changed = {**best, s: j}, v, True
+            if not changed:
+                break
+        for s in seqs:
+            self.layout[s] = 1 + best[s]
+        return best
 
 
 def speedup(n_drafted, n_accepted, cost: VerifyCost | float) -> float | None:

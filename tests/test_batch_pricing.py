@@ -14,7 +14,7 @@ import needs
 from lookupkit import Drafter
 from lookupkit.errors import FormatError
 from lookupkit.policy.chain import AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, TOTAL_BINS, make_policy
-from lookupkit.verify_cost import VerifyCost, load_curve, save_curve
+from lookupkit.verify_cost import StepPricer, VerifyCost, load_curve, save_curve
 from tiny_models import tiny_gguf  # noqa: F401
 
 
@@ -23,16 +23,19 @@ def test_a_step_is_priced_by_its_rows_on_the_measured_surface_else_by_the_curve(
     assert cost.step(2, 3) == pytest.approx(2.4)  # halfway between rows 2 and 4
     assert cost.step(2, 7) == math.inf and cost.step(2, 1) == math.inf  # outside what was measured
     assert cost.step(1, 3) == 2.0 and cost.step(3, 2) == 1.5  # no surface for 1 or 3 slots: the curve's 1 + k rows
-    np.testing.assert_allclose(cost.batch_prices([1], 0, 3), [1.0, 1.5, 2.0, 2.4])  # one slot: the curve itself
-    # two slots, the second drafting: 1 + k rows beside the first's one are a pass of 2 rows over both and a
-    # pass of k rows over the second alone
-    np.testing.assert_allclose(cost.batch_prices([1, 1], 1, 2), [1.0, (1.8 + 1.0) / 1.8, (1.8 + 1.5) / 1.8])
-    # both drafting 1: one pass of 4 rows over both
-    assert cost.layout([2, 2]) == pytest.approx(3.0) and cost.layout([2, 1]) == pytest.approx(1.8 + 1.0)
-    past = VerifyCost(curve={0: 1.0, 1: 1.5}).batch_prices([1], 0, 2)  # past the curve: nothing more is priced
-    assert past[0] == 1.0 and past[1] == 1.5 and np.isinf(past[2])
-    constant = VerifyCost(constant=0.5)  # 1 + C (rows - 1) a pass
-    np.testing.assert_allclose(constant.batch_prices([1, 1, 1, 1], 0, 2), [1.0, 3.5 / 2.5, 4.0 / 2.5])
+    one = StepPricer(cost)  # one busy slot: a chain is offered the curve itself
+    one.start([0])
+    np.testing.assert_allclose(one.offer(3, 0)[0], [1.0, 1.5, 2.0, 2.4])
+    # two slots, the second drafting 1 + k rows beside the first's one: a pass of 2 rows over both and a pass of k
+    # rows over the second alone; both drafting 1: one pass of 4 rows over both
+    assert cost.layout([1, 2]) == pytest.approx(1.8 + 1.0) and cost.layout([2, 2]) == pytest.approx(3.0)
+    two = StepPricer(cost)
+    two.start([0, 1])  # offered the cheaper of both drafting j (one pass) and the second alone drafting j
+    np.testing.assert_allclose(two.offer(2, 1)[0], [1.0, min(3.0, 1.8 + 1.0) / 1.8, min(4.0, 1.8 + 1.5) / 1.8])
+    past = StepPricer(VerifyCost(curve={0: 1.0, 1: 1.5}))  # past the curve: nothing more is priced
+    past.start([0])
+    assert list(past.offer(2, 0)[0][:2]) == [1.0, 1.5] and np.isinf(past.offer(2, 0)[0][2])
+    assert VerifyCost(constant=0.5).layout([2, 1, 1, 1]) == pytest.approx(2.5 + 1.0)  # 1 + C (rows - 1) a pass
 
 
 def test_a_step_is_the_passes_llama_cpp_splits_it_into():
@@ -79,6 +82,50 @@ def test_the_other_slots_raise_the_bar_a_draft_must_clear():
     assert len(drafter.draft(seq, 8, price=(cheap, 3.0))) == 8
 
 
+def test_a_drafter_hands_its_chain_to_the_plan():
+    """plan() is what each prefix of the last chain would yield (P = 0.6 a token: 1, 1.6, 1.96, ...), and take(d)
+    drafts its first d tokens instead of the policy's own choice, with `expected` and the sources following."""
+    seq = [5, 6, 7] * 20
+    drafter = Drafter(policy="lookupkit")
+    drafter._pol = make_policy(flat_tables(0.6), lambda k: 1 + 0.5 * k, 1024, None, trust=(0.0, 8.0))
+    cheap = np.array([1.0] + [1.01] * 4)
+    assert drafter.draft(seq, 4, price=(cheap, 0.0)) == [5, 6, 7, 5]
+    np.testing.assert_allclose(drafter.plan(), np.cumsum([1.0, 0.6, 0.36, 0.216, 0.1296]))
+    assert drafter.take(2) == [5, 6] and drafter.expected == pytest.approx(1.96)
+    assert len(drafter.last_sources) == 2 and drafter.take(0) == [] and drafter.expected == 1.0
+    assert Drafter().plan().tolist() == [1.0]  # llama.cpp's rule: no chain to plan with
+
+
+def test_a_step_plans_drafts_that_share_a_pass():
+    """Hand-worked on two slots whose equal drafts share one pass: (1, 1) rows cost 1.0, (2, 2) 1.2, (3, 3) 1.5;
+    a slot drafting alone adds a pass ((2, 1): 1.0 + 1.0; (3, 2): 1.2 + 1.0). Both chains yield E = 1, 1.9, 2.7
+    for 0, 1, 2 tokens: alone, slot 0's first token would bring (1 + 1.9) / 2.0 < 2 / 1.0, so a slot priced beside
+    the other's one row drafts nothing, while the plan drafts both chains whole: 5.4 / 1.5 = 3.6 tokens per unit."""
+    cost = VerifyCost(curve={0: 1.0, 1: 1.8, 2: 2.6}, batch={2: ([2, 4, 6], [1.0, 1.2, 1.5])})
+    pricer = StepPricer(cost)
+    pricer.start([0, 1])
+    chain = np.array([1.0, 1.9, 2.7])
+    assert pricer.plan({0: chain, 1: chain}) == {0: 2, 1: 2}
+    assert pricer.layout == [3, 3] and pricer.cost_of_step() == pytest.approx(1.5)
+    pricer.start([0, 1])  # slot 1 not drafting (its one row, one token): slot 0's 2 tokens are a pass of their own
+    assert pricer.plan({0: chain}) == {0: 0}  # (1 + 2.7) / (1.0 + 1.8) = 1.32 < 2 / 1.0
+    cheap = StepPricer(VerifyCost(curve={0: 1.0, 1: 1.8, 2: 2.6}, batch={2: ([2, 4], [1.0, 1.2])}))
+    cheap.start([0, 1])  # (3, 3) was never measured: a plan never drafts into a step it cannot price
+    assert cheap.plan({0: chain, 1: chain}) == {0: 1, 1: 1}
+
+
+def test_one_slot_plans_by_the_curve_alone():
+    """One busy slot: the plan is the chain's best E_j / curve[j] over every length (the one-sequence rule),
+    a length the multi-slot search skips (37) included."""
+    curve = {k: 1.0 + 0.5 * k for k in range(41)}
+    curve[37] = 5.0  # a cheap batch the curve measured
+    pricer = StepPricer(VerifyCost(curve=curve))
+    pricer.start([2])
+    e = 1.0 + np.cumsum([0.0] + [0.9] * 40)
+    want = int(np.argmax(e / np.array([curve[k] for k in range(41)])))
+    assert want == 37 and pricer.plan({2: e}) == {2: 37}
+
+
 def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
     """Two requests at once on two slots, with extra rows nearly free for one busy slot, and beside another the
     step's one pass over both nearly free while any more rows (a second pass, or a pass of more rows over both)
@@ -98,14 +145,14 @@ def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
     dear = VerifyCost(curve=curve, batch={1: (list(range(1, 10)), list(curve.values())),
                                           2: ([2, 3, 10], [0.1, 1000.0, 2000.0])})
     served = open_server(tiny_gguf, policy="lookupkit", verify_cost=dear, n_draft=8, parallel=2, n_ctx=1024, threads=1)
-    seen, draft = [], served.engine._draft
+    seen, drafts = [], served.engine._drafts
 
-    def spy(slot, k):
-        out = draft(slot, k)
-        seen.append((served.engine.pricer.n_live, len(out)))
+    def spy(live):
+        out = drafts(live)
+        seen.append((len(live), sum(map(len, out.values()))))
         return out
 
-    served.engine._draft = spy
+    served.engine._drafts = spy
     prompt = served.llm.tokenize(b"The quick brown fox", add_bos=True)
     try:
         with running(served) as url:

@@ -156,6 +156,21 @@ class Drafter:
         self.last_sources = [SOURCE_NAMES[int(c)] for c in codes]
         return out.tolist()
 
+    def plan(self) -> np.ndarray:
+        """E[j], j = 0..L: the tokens the first j tokens of the last policy call's chain would be expected to yield
+        (a shared step's plan chooses among them: verify_cost.StepPricer.plan); [1.0] without the policy."""
+        if self._pol is None:
+            return np.ones(1)
+        return self._pol.step[3:4 + int(self._pol.step[2])].copy()
+
+    def take(self, d: int) -> list[int]:
+        """The first d tokens of the last policy call's chain as its draft instead (d < len(plan())): what the
+        step's plan chose; `expected` and `last_sources` follow."""
+        drafted, sources = self._buf
+        self._pol.step[1] = self._pol.step[3 + d]
+        self.last_sources = [SOURCE_NAMES[int(c)] for c in sources[:d]]
+        return drafted[:d].tolist()
+
     @property
     def expected(self) -> float:
         """The tokens the last policy draft is expected to yield (its accepted drafts and the next one), by the

@@ -85,9 +85,11 @@ counts.match_index (state, like the context cache: the owner keeps it in step an
 static cache's suffix index (policy.suffix_source.Suffix; its state is reset by the owner when a sequence
 starts over); history: a History's arrays (counts.history_index.Hist; read under the History's lock); trust:
 the online correction of each family's table probabilities (policy.trust.Trust: state, like the index; the
-owner calls learn(pol, ...) once the truth after a call is known); step float64 (2,): in, step[0] the tokens the
-other slots of a shared step are expected to yield (0 for one sequence: cost is then this call's alone); out,
-step[1] the tokens the call is expected to yield, its accepted drafts and the one sampled after them."""
+owner calls learn(pol, ...) once the truth after a call is known); step float64 (4 + n_draft,): in, step[0] the
+tokens the other slots of a shared step are expected to yield (0 for one sequence: cost is then this call's alone);
+out, step[1] the tokens the call is expected to yield, its accepted drafts and the one sampled after them, step[2]
+the length L of the chain it computed (drafted[d0:d0+L], a prefix drafted) and step[3 + j] the tokens its first j
+tokens would be expected to yield, j = 0..L (a shared step's plan chooses among them: verify_cost.StepPricer.plan)."""
 
 
 def check_policy(name: str) -> str:
@@ -107,7 +109,7 @@ def make_policy(tables: tuple, cost_of, n_draft: int, high: High | None, suffix=
     table, agree = tables
     pol = Policy(np.int64(1), history_rows(table), np.ascontiguousarray(agree, np.float64), cost, no_high(),
                  np.zeros((N_CANDIDATES, 4), np.int64), new_index(), no_suffix(),
-                 history if history is not None else no_history(), tr.new_trust(n_draft, *trust), np.zeros(2))
+                 history if history is not None else no_history(), tr.new_trust(n_draft, *trust), np.zeros(4 + n_draft))
     return with_static(pol, high, suffix)
 
 
@@ -140,7 +142,7 @@ def suffix_on(table) -> bool:
 
 def own_state(pol: Policy, index) -> Policy:
     """pol with a fresh match index, suffix state and trust of its own (each replay starts from nothing)."""
-    return pol._replace(index=index, suffix=fresh(pol.suffix), trust=tr.fresh(pol.trust), step=np.zeros(2))
+    return pol._replace(index=index, suffix=fresh(pol.suffix), trust=tr.fresh(pol.trust), step=np.zeros_like(pol.step))
 
 
 @kernel
@@ -154,7 +156,7 @@ def llama_rule() -> Policy:
     """The stand-in that makes the compiled loops draft with llama.cpp's rule instead."""
     return Policy(np.int64(0), np.zeros((N_CANDIDATES, SHARE_BINS, TOTAL_BINS)), np.zeros((P_BINS, AGREE_MAX + 1)),
                   np.ones(1), no_high(), np.zeros((N_CANDIDATES, 4), np.int64), new_index(1), no_suffix(), no_history(),
-                  tr.new_trust(0, 0.0, 0.0), np.zeros(2))
+                  tr.new_trust(0, 0.0, 0.0), np.zeros(4))
 
 
 @kernel
@@ -317,10 +319,10 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
     """Draft after seq[:n_seq] into drafted[d0:], sources[d0:] the chain prefix that pays best (module
     docstring; in a shared step, the best (others + E_k) / cost[k]: pol.step); returns its length."""
     others = pol.step[0]
-    pol.step[1] = 1.0
+    pol.step[1], pol.step[2], pol.step[3] = 1.0, 0.0, 1.0
     if n_seq < 1:
         return 0
-    n_draft = min(n_draft, pol.cost.shape[0] - 1)
+    n_draft = min(n_draft, pol.cost.shape[0] - 1, pol.step.shape[0] - 4)
     k, best_k = 0, 0
     pol.trust.n[0] = 0
     p_all, expected = 1.0, 1.0 + others
@@ -340,6 +342,7 @@ def policy_draft(seq, n_seq, n_draft, ctx, dyn, st, memo, pol, drafted, sources,
         sources[d0 + k] = source_code(best_src)
         p_all, expected = p_next, expected + p_next
         k += 1
+        pol.step[2], pol.step[3 + k] = k, expected - others
         if expected > best * pol.cost[k]:
             best, best_k = expected / pol.cost[k], k
             pol.step[1] = expected - others

@@ -102,7 +102,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
                     n_ctx: int | None = None) -> tuple[list[RequestTrace], dict]:
     """Replay `requests` as `parallel` clients send them to a server: that many in flight at once, each in its own
     slot (a Drafter from make_drafter(), learning at its end as --learn says), every step drafting for each busy
-    slot as the engine does (verify_cost.StepPricer, in the engine's turn) and costing the step's passes as it does.
+    slot as the engine does (verify_cost.StepPricer's plan) and costing the step's passes as it does.
     Returns the traces (in the log's order) and {"cost": the steps' cost, "plain_cost": the same schedule's steps
     without drafts, "steps", "plain_steps"}: plain_cost / cost is the aggregate decode speed-up predicted."""
     from collections import deque
@@ -117,7 +117,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
     slots: list = [None] * parallel
     drafters = [make_drafter() for _ in range(parallel)]
     traces: dict = {}
-    spent, steps, turn = 0.0, 0, 0
+    spent, steps = 0.0, 0
     while waiting or any(slots):
         for i in range(parallel):
             while slots[i] is None and waiting:
@@ -132,13 +132,18 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
         live = [i for i in range(parallel) if slots[i] is not None]
         if not live:
             continue
-        turn = (turn + 1) % len(live)
         pricer.start(live)
-        for i in live[turn:] + live[:turn]:
+        chains = {}
+        for i in live:
             idx, prompt, response, pos, drafted, accepted = slots[i]
             k = n_draft if n_ctx is None else min(n_draft, n_ctx - 2 - (len(prompt) + pos - 1))
-            d = drafters[i].draft(None, k, pricer.price(k, i)) if k > 0 else []
-            pricer.drafted(len(d), drafters[i].expected, i)
+            if k > 0:
+                drafters[i].draft(None, k, pricer.offer(k, i))
+                chains[i] = drafters[i].plan()
+        plan = pricer.plan(chains) if chains else {}
+        for i in live:
+            idx, prompt, response, pos, drafted, accepted = slots[i]
+            d = drafters[i].take(plan[i]) if i in chains else []
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
                 a += 1

@@ -16,11 +16,11 @@ the callback they gave it, which is called in this thread (app.py turns it into 
 bounded queue of jobs waits behind the slots; `submit` refuses one more (Busy: 503 + Retry-After). A
 cancelled job (client gone) leaves its slot at the start of the next step, so within one verify step.
 
-A step's drafts are priced together (`pricing`, the --verify-cost curve, for --policy lookupkit): on these CPUs a
+A step's drafts are planned together (`pricing`, the --verify-cost curve, for --policy lookupkit): on these CPUs a
 batch of 2 rows costs about what 2 single rows do, so a drafted token that is rejected displaces another slot's
-real one. Each slot in turn drafts what maximises the whole step's expected tokens per unit of its cost, given
-the rows and expected tokens of the slots before it (each later slot counted at its one row and one token):
-Drafter.draft's price. With one busy slot this is the one-sequence rule exactly.
+real one, while slots drafting equal lengths share a pass over the weights. Each slot computes its chain and what
+each prefix of it is expected to yield; the plan (verify_cost.StepPricer.plan) drafts the prefixes that maximise
+the whole step's expected tokens per unit of its cost. With one busy slot this is the one-sequence rule exactly.
 
 Drafts are checked against n_vocab before they enter a batch: a cache damaged in a section the O(1)
 open does not check can draft any int32 (mutated suffix indexes did), and an id
@@ -123,7 +123,6 @@ class Engine:
         self.queue, self.metrics, self.on_batch = queue, metrics, on_batch
         self.learn, self.on_learnt, self.history_for = learn, on_learnt, history_for
         self.pricer = StepPricer(pricing) if pricing is not None else None  # drafts priced in their shared step
-        self._turn = 0
         self.batch = Batch(self.m.lib, self.m.n_batch)
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
@@ -247,16 +246,11 @@ class Engine:
                 self._finish(slot, Done(Stop.CANCELLED))
             elif slot.job is not None and slot.tok is not None:
                 live.append(slot)
-        self._turn = (self._turn + 1) % max(1, len(live))  # who prices first goes round
-        if self.pricer is not None:
-            self.pricer.start([slot.seq for slot in live])
-        drafts = {}
-        for slot in live[self._turn:] + live[:self._turn]:
-            pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
-            drafts[slot.seq] = pos, self._draft(slot, min(self.n_draft, self.n_ctx_slot - 2 - pos))
+        drafts = self._drafts(live)
         for slot in live:  # in slot order: llama.cpp decodes a run of consecutive sequences in one pass (verify_cost.passes)
-            pos, draft = drafts[slot.seq]
-            work.append((slot, b.add([slot.tok, *draft], pos, 1 + len(draft), slot.seq), draft))
+            pos = len(slot.job.prompt) + len(slot.out) - 1  # the last emitted token's, not yet in the KV cache
+            work.append((slot, b.add([slot.tok, *drafts[slot.seq]], pos, 1 + len(drafts[slot.seq]), slot.seq),
+                         drafts[slot.seq]))
         for slot in self.slots:
             room = b.capacity - b.b.n_tokens
             if slot.job is None or slot.tok is not None or room <= 0:
@@ -305,23 +299,36 @@ class Engine:
                 self.metrics.inc("verify_calls_total")
                 self._emit(slot, new, draft, n_acc)
 
-    def _draft(self, slot: Slot, k: int) -> list:
-        if slot.drafter is None or k <= 0:
-            return []
-        if self.pricer is None:
-            draft = slot.drafter.draft(None, k)
-        else:
-            draft = slot.drafter.draft(None, k, price=self.pricer.price(k, slot.seq))
-        draft, cut = valid_draft(draft, self.m.n_vocab)
-        if cut:
-            self.metrics.inc("draft_refused_tokens_total", by=cut)
-            if not self._warned:
-                self._warned = True
-                log.warning("a draft held a token id outside this model's vocabulary of %d: the cache is damaged "
-                            "(check it with lookupkit verify); such drafts are cut there", self.m.n_vocab)
+    def _drafts(self, live: list) -> dict:
+        """{seq: draft} of the busy slots: each slot's chain, and with pricing the share of it the step's plan drafts
+        (verify_cost.StepPricer); a draft's ids are checked against the vocabulary before any enters a batch."""
+        drafts, chains = {}, {}
         if self.pricer is not None:
-            self.pricer.drafted(len(draft), slot.drafter.expected, slot.seq)
-        return draft
+            self.pricer.start([slot.seq for slot in live])
+        for slot in live:
+            k = min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
+            drafts[slot.seq] = []
+            if slot.drafter is None or k <= 0:
+                continue
+            if self.pricer is None:
+                drafts[slot.seq] = slot.drafter.draft(None, k)
+            else:
+                slot.drafter.draft(None, k, price=self.pricer.offer(k, slot.seq))
+                chains[slot.seq] = slot.drafter.plan()
+        if chains:
+            plan = self.pricer.plan(chains)
+            for slot in live:
+                if slot.seq in chains:
+                    drafts[slot.seq] = slot.drafter.take(plan[slot.seq])
+        for seq, draft in drafts.items():
+            drafts[seq], cut = valid_draft(draft, self.m.n_vocab)
+            if cut:
+                self.metrics.inc("draft_refused_tokens_total", by=cut)
+                if not self._warned:
+                    self._warned = True
+                    log.warning("a draft held a token id outside this model's vocabulary of %d: the cache is "
+                                "damaged (check it with lookupkit verify); such drafts are cut there", self.m.n_vocab)
+        return drafts
 
     def _emit(self, slot: Slot, new: list, draft: list, n_acc: int) -> None:
         job, done, text, taken = slot.job, None, [], []
