@@ -129,7 +129,7 @@ class StepPricer:
     share one pass over the weights, which no slot pricing its own draft beside the others' single rows sees
     (bench/RESULTS.md: Drafts planned together). With one busy slot the plan is the one-sequence rule exactly."""
 
-    KEPT = 4096  # step costs kept (by layout): a server's steps repeat a few
+    KEPT = 4096  # step costs and offers kept (by layout): a server's steps repeat a few
     SEARCHED = tuple(range(17)) + (20, 24, 28, 32, 40, 48, 56, 64)  # chain lengths a plan weighs past the first 16
 
     def __init__(self, cost: VerifyCost):
@@ -159,14 +159,17 @@ class StepPricer:
         """Drafter.draft's price for slot seq's chain of at most k tokens: cost[j] the cheaper of the step with every
         busy slot drafting j and of the step with slot seq alone drafting j, relative to the step without drafts,
         and no others (so that a chain is computed as far as any plan might draft it); one busy slot: the curve."""
-        plain = list(self.layout)
-        base = self.layout_cost(plain)
-        out = np.empty(k + 1, np.float64)
-        for j in range(k + 1):
-            alone = list(plain)
-            alone[seq] = 1 + j
-            out[j] = min(self.layout_cost([r + j if r else 0 for r in plain]), self.layout_cost(alone)) / base
-        return out, 0.0
+        key = (tuple(self.layout), seq, k)
+        if key not in self._memo:
+            plain = list(self.layout)
+            base = self.layout_cost(plain)
+            out = np.empty(k + 1, np.float64)
+            for j in range(k + 1):
+                alone = list(plain)
+                alone[seq] = 1 + j
+                out[j] = min(self.layout_cost([r + j if r else 0 for r in plain]), self.layout_cost(alone)) / base
+            self._memo[key] = out
+        return self._memo[key], 0.0
 
     def plan(self, chains: dict) -> dict:
         """{seq: tokens to draft} from the busy slots' chains {seq: E}, E[j] the tokens its first j would yield
