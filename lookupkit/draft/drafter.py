@@ -125,9 +125,9 @@ class Drafter:
         If `tokens` extends the sequence seen so far, only the new tokens are counted; if it does not,
         the context cache starts over from `tokens` (the old sequence is dropped, not learnt).
         price (policy="lookupkit"): (cost, others) for a step shared with other sequences: cost[k] what the step
-        costs with k drafted tokens more, relative to none (verify_cost.VerifyCost.batch_prices), others the tokens
+        costs with k drafted tokens more, relative to none (verify_cost.StepPricer.offer), others the tokens
         the step's other rows are expected to yield; the draft then maximises the step's tokens per cost, and
-        `expected` is what this one is expected to yield.
+        `expected` is what this one is expected to yield (a shared step's plan may take another prefix: plan, take).
         """
         n_draft = check_n_draft(n_draft)
         if tokens is not None:
