@@ -130,7 +130,10 @@ class StepPricer:
     (bench/RESULTS.md: Drafts planned together). With one busy slot the plan is the one-sequence rule exactly."""
 
     KEPT = 4096  # step costs and offers kept (by layout): a server's steps repeat a few
-    SEARCHED = tuple(range(17)) + (20, 24, 28, 32, 40, 48, 56, 64)  # chain lengths a plan weighs past the first 16
+    # Past 16 tokens a plan of several slots weighs these lengths and the whole chain only: weighing every length
+    # lost 1-3 % in held-out replays at 4 clients (bench/RESULTS.md: Drafts planned together), as the lengths it
+    # adds are chosen where their expectations run highest.
+    SEARCHED = tuple(range(17)) + (20, 24, 28, 32, 40, 48, 56, 64)
 
     def __init__(self, cost: VerifyCost):
         self.cost, self._memo = cost, {}
@@ -148,6 +151,7 @@ class StepPricer:
         return self.layout_cost(self.layout)
 
     def layout_cost(self, rows) -> float:
+        """`VerifyCost.layout`, kept: a plan weighs the same few layouts many times."""
         key = tuple(rows)
         if key not in self._memo:
             if len(self._memo) >= self.KEPT:
@@ -158,7 +162,8 @@ class StepPricer:
     def offer(self, k: int, seq: int) -> tuple:
         """Drafter.draft's price for slot seq's chain of at most k tokens: cost[j] the cheaper of the step with every
         busy slot drafting j and of the step with slot seq alone drafting j, relative to the step without drafts,
-        and no others (so that a chain is computed as far as any plan might draft it); one busy slot: the curve."""
+        and no others (a chain is computed as far as an equal or a lone draft of it could pay); one busy slot: the
+        curve."""
         key = (tuple(self.layout), seq, k)
         if key not in self._memo:
             plain = list(self.layout)
@@ -173,14 +178,12 @@ class StepPricer:
 
     def plan(self, chains: dict) -> dict:
         """{seq: tokens to draft} from the busy slots' chains {seq: E}, E[j] the tokens its first j would yield
-        (Drafter.plan; a busy slot not in `chains` decodes its one row): the best plan where every slot drafts
-        min(j, its chain) for one j, improved slot by slot (each its best length beside the others') until none
-        changes; the layout is then the plan's."""
+        (Drafter.plan; a busy slot not in `chains` decodes the rows the layout gives it and is expected to yield one
+        token): the best plan where every slot drafts min(j, its chain) for one j, improved slot by slot (each its
+        best length beside the others') until none changes, 4 rounds at most; the layout is then the plan's."""
         seqs = list(chains)
         others = sum(1 for s in self.seqs if s not in chains)
-        alone = len(seqs) == 1 and not others  # the one-sequence rule: every length weighed
-        lengths = {s: list(range(len(e))) if alone or len(e) <= 17 else
-                   [j for j in self.SEARCHED if j < len(e)] + [len(e) - 1] for s, e in chains.items()}
+        lengths = {s: sorted({j for j in self.SEARCHED if j < len(e)} | {len(e) - 1}) for s, e in chains.items()}
         rows = list(self.layout)
 
         def value(d: dict) -> float:
@@ -207,6 +210,24 @@ class StepPricer:
         for s in seqs:
             self.layout[s] = 1 + best[s]
         return best
+
+    def drafts(self, jobs) -> dict:
+        """{seq: draft} of one step whose busy slots are `jobs`, (seq, Drafter, k) each (k <= 0: no draft): with
+        more than one busy slot, each policy drafter's chain under `offer` and the plan's share of it; a drafter with
+        llama.cpp's rule drafts as it would alone (its rows counted, one token expected of it); one busy slot drafts
+        as it would alone, by the curve (the one-sequence rule, exactly)."""
+        self.start([seq for seq, _, _ in jobs])
+        out, chains, planned = {}, {}, len(jobs) > 1
+        for seq, drafter, k in jobs:
+            out[seq] = drafter.draft(None, k, price=self.offer(k, seq)) if k > 0 else []
+            if k > 0 and planned and drafter.policy == "lookupkit":
+                chains[seq] = drafter.plan()
+            else:
+                self.layout[seq] = 1 + len(out[seq])
+        if chains:
+            by_seq = {seq: drafter for seq, drafter, _ in jobs}
+            out.update({seq: by_seq[seq].take(d) for seq, d in self.plan(chains).items()})
+        return out
 
 
 def speedup(n_drafted, n_accepted, cost: VerifyCost | float) -> float | None:

@@ -1,6 +1,6 @@
 """Drafts priced by what they add to a step shared by many slots (issue 31): the step-cost surface that
 `lookupkit calibrate --slots` writes, the price rows a slot's policy maximises against, the policy's
-(others + E_k) / cost[k] rule on a hand-worked case, and the engine pricing each slot by the slots before it."""
+(others + E_k) / cost[k] rule on a hand-worked case, and a step's drafts planned together (engine and replay)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import needs
 from lookupkit import Drafter
-from lookupkit.errors import FormatError
+from lookupkit.errors import FormatError, InputError
 from lookupkit.policy.chain import AGREE_MAX, N_SOURCES, P_BINS, SHARE_BINS, TOTAL_BINS, make_policy
 from lookupkit.verify_cost import StepPricer, VerifyCost, load_curve, save_curve
 from tiny_models import tiny_gguf  # noqa: F401
@@ -114,16 +114,77 @@ def test_a_step_plans_drafts_that_share_a_pass():
     assert cheap.plan({0: chain, 1: chain}) == {0: 1, 1: 1}
 
 
-def test_one_slot_plans_by_the_curve_alone():
-    """One busy slot: the plan is the chain's best E_j / curve[j] over every length (the one-sequence rule),
-    a length the multi-slot search skips (37) included."""
+def test_a_step_offers_the_cheaper_of_an_equal_and_a_lone_draft():
+    """On the surface where equal drafts share a pass, slot 1's chain is offered every slot drafting j ((2, 2): 1.2,
+    (3, 3): 1.5) rather than drafting alone ((1, 2): 1.0 + 1.0, (1, 3): 1.0 + 1.8)."""
+    pricer = StepPricer(VerifyCost(curve={0: 1.0, 1: 1.8, 2: 2.6}, batch={2: ([2, 4, 6], [1.0, 1.2, 1.5])}))
+    pricer.start([0, 1])
+    np.testing.assert_allclose(pricer.offer(2, 1)[0], [1.0, 1.2, 1.5])
+
+
+def test_a_step_drafts_by_the_plan_and_llama_cpp_drafters_as_alone():
+    """StepPricer.drafts: one busy slot drafts exactly what it drafts alone under the curve; beside a drafter with
+    llama.cpp's rule (its draft kept, its rows counted) a policy drafter's share comes from the plan."""
+    seq = [5, 6, 7] * 20
+    cost = VerifyCost(curve={k: 1 + 0.1 * k for k in range(9)})
+
+    def drafter():
+        d = Drafter(policy="lookupkit")
+        d._pol = make_policy(flat_tables(0.8), cost.at, 1024, None, trust=(0.0, 8.0))
+        d.accept(seq)
+        return d
+
+    alone, planned = drafter(), drafter()
+    want = alone.draft(None, 8, price=(np.array([cost.at(k) for k in range(9)]), 0.0))
+    pricer = StepPricer(cost)
+    assert pricer.drafts([(3, planned, 8)]) == {3: want} and pricer.layout == [0, 0, 0, 1 + len(want)]
+    rule = Drafter()
+    rule.accept(seq)
+    got = pricer.drafts([(0, rule, 4), (1, drafter(), 8), (2, drafter(), 0)])
+    assert got[0] == Drafter().draft(seq, 4) and got[2] == []
+    assert pricer.layout[0] == 1 + len(got[0]) and pricer.layout[1] == 1 + len(got[1]) and pricer.layout[2] == 1
+    with pytest.raises(InputError, match="no chain"):
+        rule.take(0)
+    with pytest.raises(InputError, match="chain has"):
+        planned.take(len(planned.plan()))
+
+
+def test_a_plan_weighs_the_searched_lengths_and_the_whole_chain():
+    """Past 16 tokens a plan weighs StepPricer.SEARCHED and the whole chain: of a chain of 40 tokens at P = 0.9 each
+    on a curve with cheap batches at 37 and at 32 tokens, it drafts 32 (E_32 / 5.0 = 5.96), not 37 (not weighed);
+    with 37 tokens in the chain, all 37."""
     curve = {k: 1.0 + 0.5 * k for k in range(41)}
-    curve[37] = 5.0  # a cheap batch the curve measured
+    curve[37] = curve[32] = 5.0
     pricer = StepPricer(VerifyCost(curve=curve))
     pricer.start([2])
     e = 1.0 + np.cumsum([0.0] + [0.9] * 40)
-    want = int(np.argmax(e / np.array([curve[k] for k in range(41)])))
-    assert want == 37 and pricer.plan({2: e}) == {2: 37}
+    assert pricer.plan({2: e}) == {2: 32}
+    pricer.start([2])
+    assert pricer.plan({2: e[:38]}) == {2: 37} and pricer.cost_of_step() == 5.0
+
+
+def test_a_plan_matches_a_search_of_every_plan():
+    """On the calibrated 4-slot surface of record, 300 seeded steps of 2-4 slots with chains of 0-5 tokens (each
+    token's probability 0.3-1 given the ones before): the plan yields as much per unit of cost as the best of every
+    combination of lengths."""
+    import itertools
+    from pathlib import Path
+
+    cost = VerifyCost.parse(str(Path(__file__).parent.parent / "bench" / "results" /
+                                "calibration-gemma-3-270m-2026-12-07-amd-slots4-k64.curve.json"))
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        seqs = list(range(int(rng.integers(2, 5))))
+        chains = {s: 1 + np.cumsum(np.r_[0, np.cumprod(rng.uniform(0.3, 1.0, rng.integers(0, 6)))]) for s in seqs}
+        pricer = StepPricer(cost)
+        pricer.start(seqs)
+        got = pricer.plan(chains)
+
+        def value(d):
+            return sum(chains[s][d[s]] for s in seqs) / cost.layout([1 + d[s] for s in seqs])
+
+        best = max(value(dict(zip(seqs, ds))) for ds in itertools.product(*[range(len(chains[s])) for s in seqs]))
+        assert value(got) == pytest.approx(best, rel=1e-12), (chains, got)
 
 
 def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):

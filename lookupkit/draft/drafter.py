@@ -166,6 +166,9 @@ class Drafter:
     def take(self, d: int) -> list[int]:
         """The first d tokens of the last policy call's chain as its draft instead (d < len(plan())): what the
         step's plan chose; `expected` and `last_sources` follow."""
+        if self._pol is None or not 0 <= d <= int(self._pol.step[2]):
+            raise InputError(f"take({d}): the last call's chain has {len(self.plan()) - 1} tokens"
+                             + ("" if self._pol is not None else " (llama.cpp's rule has no chain)"))
         drafted, sources = self._buf
         self._pol.step[1] = self._pol.step[3 + d]
         self.last_sources = [SOURCE_NAMES[int(c)] for c in sources[:d]]

@@ -132,18 +132,11 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
         live = [i for i in range(parallel) if slots[i] is not None]
         if not live:
             continue
-        pricer.start(live)
-        chains = {}
+        drafts = pricer.drafts([(i, drafters[i], n_draft if n_ctx is None else
+                                 min(n_draft, n_ctx - 2 - (len(slots[i][1]) + slots[i][3] - 1))) for i in live])
         for i in live:
             idx, prompt, response, pos, drafted, accepted = slots[i]
-            k = n_draft if n_ctx is None else min(n_draft, n_ctx - 2 - (len(prompt) + pos - 1))
-            if k > 0:
-                drafters[i].draft(None, k, pricer.offer(k, i))
-                chains[i] = drafters[i].plan()
-        plan = pricer.plan(chains) if chains else {}
-        for i in live:
-            idx, prompt, response, pos, drafted, accepted = slots[i]
-            d = drafters[i].take(plan[i]) if i in chains else []
+            d = drafts[i]
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
                 a += 1

@@ -300,26 +300,14 @@ class Engine:
                 self._emit(slot, new, draft, n_acc)
 
     def _drafts(self, live: list) -> dict:
-        """{seq: draft} of the busy slots: each slot's chain, and with pricing the share of it the step's plan drafts
-        (verify_cost.StepPricer); a draft's ids are checked against the vocabulary before any enters a batch."""
-        drafts, chains = {}, {}
+        """{seq: draft} of the busy slots, planned together with pricing (verify_cost.StepPricer.drafts); a draft's
+        ids are checked against the vocabulary before any enters a batch."""
+        jobs = [(slot.seq, slot.drafter, min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
+                 if slot.drafter is not None else 0) for slot in live]
         if self.pricer is not None:
-            self.pricer.start([slot.seq for slot in live])
-        for slot in live:
-            k = min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
-            drafts[slot.seq] = []
-            if slot.drafter is None or k <= 0:
-                continue
-            if self.pricer is None:
-                drafts[slot.seq] = slot.drafter.draft(None, k)
-            else:
-                slot.drafter.draft(None, k, price=self.pricer.offer(k, slot.seq))
-                chains[slot.seq] = slot.drafter.plan()
-        if chains:
-            plan = self.pricer.plan(chains)
-            for slot in live:
-                if slot.seq in chains:
-                    drafts[slot.seq] = slot.drafter.take(plan[slot.seq])
+            drafts = self.pricer.drafts(jobs)
+        else:
+            drafts = {seq: drafter.draft(None, k) if k > 0 else [] for seq, drafter, k in jobs}
         for seq, draft in drafts.items():
             drafts[seq], cut = valid_draft(draft, self.m.n_vocab)
             if cut:
