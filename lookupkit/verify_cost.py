@@ -168,8 +168,9 @@ class StepPricer:
         if key not in self._memo:
             plain = list(self.layout)
             base = self.layout_cost(plain)
-            out = np.empty(k + 1, np.float64)
-            for j in range(k + 1):
+            out = np.full(k + 1, math.inf)
+            out[0] = 1.0
+            for j in range(1, k + 1 if base < math.inf else 1):  # a step past what was measured: no draft is priced
                 alone = list(plain)
                 alone[seq] = 1 + j
                 out[j] = min(self.layout_cost([r + j if r else 0 for r in plain]), self.layout_cost(alone)) / base
