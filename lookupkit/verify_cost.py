@@ -134,9 +134,13 @@ class StepPricer:
     # lost 1-3 % in held-out replays at 4 clients (bench/RESULTS.md: Drafts planned together), as the lengths it
     # adds are chosen where their expectations run highest.
     SEARCHED = tuple(range(17)) + (20, 24, 28, 32, 40, 48, 56, 64)
+    # No busy slot is expected to fall below FLOOR of the pace --draft 0 would give it in the steps it shares (one
+    # slot's long draft makes a step several times dearer for all: bench/RESULTS.md: A floor under every slot's
+    # pace); CREDIT tokens ahead of that pace may be banked, so that a long draft is rationed, not banned.
+    FLOOR, CREDIT = 0.8, 4.0
 
     def __init__(self, cost: VerifyCost):
-        self.cost, self._memo = cost, {}
+        self.cost, self._memo, self.lag = cost, {}, {}
         self.start([0])
 
     def start(self, seqs) -> None:
@@ -145,6 +149,16 @@ class StepPricer:
         self.layout = [0] * (max(seqs) + 1 if len(seqs) else 0)
         for seq in seqs:
             self.layout[seq] = 1
+        self.plain = self.layout_cost(self.layout)
+
+    def settle(self, got: dict) -> None:
+        """After a step: {seq: tokens it emitted} of the slots still serving. In a step of several busy slots each
+        one's lag behind FLOOR of its --draft 0 pace (tokens; negative: ahead, at most CREDIT) follows; a slot not
+        in `got` (its request ended, or its next one is being fed) starts over."""
+        shared = len(self.seqs) > 1 and self.plain < math.inf
+        due = self.FLOOR * self.cost_of_step() / self.plain if shared else 0.0
+        self.lag = {seq: max(-self.CREDIT, self.lag.get(seq, 0.0) + due - n) if shared else self.lag.get(seq, 0.0)
+                    for seq, n in got.items()}
 
     def cost_of_step(self) -> float:
         """The step's cost with the drafts planned so far, relative to one token."""
@@ -180,18 +194,28 @@ class StepPricer:
     def plan(self, chains: dict) -> dict:
         """{seq: tokens to draft} from the busy slots' chains {seq: E}, E[j] the tokens its first j would yield
         (Drafter.plan; a busy slot not in `chains` decodes the rows the layout gives it and is expected to yield one
-        token): the best plan where every slot drafts min(j, its chain) for one j, improved slot by slot (each its
+        token), among the plans that leave no busy slot behind FLOOR of its pace (or further behind than drafting
+        nothing would): the best plan where every slot drafts min(j, its chain) for one j, improved slot by slot (each its
         best length beside the others') until none changes, 4 rounds at most; the layout is then the plan's."""
         seqs = list(chains)
         others = sum(1 for s in self.seqs if s not in chains)
         lengths = {s: sorted({j for j in self.SEARCHED if j < len(e)} | {len(e) - 1}) for s, e in chains.items()}
         rows = list(self.layout)
+        lag = {s: self.lag.get(s, 0.0) for s in self.seqs}
+        due = self.FLOOR * self.layout_cost(rows) / self.plain if self.plain < math.inf else 0.0
+        # the lag a slot may end the step with: none, or what the step without these drafts would leave it
+        allowed = {s: max(0.0, lag[s] + due - (chains[s][0] if s in chains else 1.0)) for s in self.seqs}
 
         def value(d: dict) -> float:
             for s in seqs:
                 rows[s] = 1 + d[s]
             cost = self.layout_cost(rows)
-            return (others + sum(chains[s][d[s]] for s in seqs)) / cost if cost < math.inf else 0.0
+            if cost == math.inf:
+                return 0.0
+            due = self.FLOOR * cost / self.plain
+            if any(lag[s] + due - (chains[s][d[s]] if s in chains else 1.0) > allowed[s] + 1e-12 for s in self.seqs):
+                return -1.0  # a slot would fall behind its floor (the plan drafting nothing never does)
+            return (others + sum(chains[s][d[s]] for s in seqs)) / cost
 
         best, best_v = {s: 0 for s in seqs}, -1.0
         for j in sorted({j for s in seqs for j in lengths[s]}):

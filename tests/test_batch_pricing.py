@@ -164,27 +164,37 @@ def test_a_plan_weighs_the_searched_lengths_and_the_whole_chain():
 
 
 def test_a_plan_matches_a_search_of_every_plan():
-    """On the calibrated 4-slot surface of record, 300 seeded steps of 2-4 slots with chains of 0-5 tokens (each
+    """On the calibrated 4-slot surface of record, 600 seeded steps of 2-4 slots with chains of 0-5 tokens (each
     token's probability 0.3-1 given the ones before): the plan yields as much per unit of cost as the best of every
-    combination of lengths."""
+    combination of lengths; with a floor and each slot's lag drawn at random, as much as the best combination that
+    leaves no slot behind its floor (or further behind than drafting nothing would)."""
     import itertools
     from pathlib import Path
 
     cost = VerifyCost.parse(str(Path(__file__).parent.parent / "bench" / "results" /
                                 "calibration-gemma-3-270m-2026-12-07-amd-slots4-k64.curve.json"))
     rng = np.random.default_rng(1)
-    for _ in range(300):
+    for trial in range(600):
+        floor = 0.0 if trial % 2 else 0.8
         seqs = list(range(int(rng.integers(2, 5))))
         chains = {s: 1 + np.cumsum(np.r_[0, np.cumprod(rng.uniform(0.3, 1.0, rng.integers(0, 6)))]) for s in seqs}
+        lag = {s: float(rng.uniform(-StepPricer.CREDIT, 1.0)) for s in seqs}
         pricer = StepPricer(cost)
+        pricer.FLOOR, pricer.lag = floor, dict(lag)
         pricer.start(seqs)
         got = pricer.plan(chains)
+        plain = cost.layout([1] * len(seqs))
 
         def value(d):
             return sum(chains[s][d[s]] for s in seqs) / cost.layout([1 + d[s] for s in seqs])
 
-        best = max(value(dict(zip(seqs, ds))) for ds in itertools.product(*[range(len(chains[s])) for s in seqs]))
-        assert value(got) == pytest.approx(best, rel=1e-12), (chains, got)
+        def keeps_floor(d):
+            due = floor * cost.layout([1 + d[s] for s in seqs]) / plain
+            return all(lag[s] + due - chains[s][d[s]] <= max(0.0, lag[s] + floor - 1.0) + 1e-9 for s in seqs)
+
+        plans = [dict(zip(seqs, ds)) for ds in itertools.product(*[range(len(chains[s])) for s in seqs])]
+        best = max(value(d) for d in plans if keeps_floor(d))
+        assert keeps_floor(got) and value(got) == pytest.approx(best, rel=1e-12), (chains, lag, floor, got)
 
 
 def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
@@ -231,3 +241,93 @@ def test_the_engine_prices_each_slot_by_the_step_it_shares(tiny_gguf):
     want = generate(ref, prompt, 80, stop_at_eos=False).tokens
     ref.close()
     assert got[0] == want[:16] and got[1] == want
+
+
+def test_a_step_that_feeds_a_prompt_drafts_nothing(tiny_gguf):
+    """A request arriving while another drafts: every step that feeds its prompt drafts nothing for the busy slot
+    (a drafted row would delay the new request's first token), the steps around it do; both outputs stay the
+    model's greedy ones."""
+    needs.module("gguf", "pip install 'lookupkit[dev]' (gguf writes the tiny model)")
+    needs.module("llama_cpp", "pip install 'lookupkit[llama]'")
+    needs.module("uvicorn", "pip install 'lookupkit[serve]'")
+    import threading
+    import time
+
+    import httpx
+
+    from lookupkit.integrations.llama_generate import generate
+    from lookupkit.serve.startup import open_server
+    from serve_helpers import running
+
+    served = open_server(tiny_gguf, policy="lookupkit", verify_cost=VerifyCost(constant=0.01), n_draft=8,
+                         parallel=2, n_ctx=1024, threads=1)
+    engine, seen, drafting = served.engine, [], threading.Event()
+    drafts = engine._drafts
+
+    def spy(live):
+        feeding = any(s.job is not None and s.tok is None for s in engine.slots)
+        out = drafts(live)
+        seen.append((len(live), feeding, sum(map(len, out.values()))))
+        if not drafting.is_set() and sum(n for live_n, f, n in seen if live_n == 1 and not f) > 8:
+            drafting.set()  # the first request has drafted: the second arrives beside it before the next step
+            deadline = time.monotonic() + 60
+            while not engine._pending and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return out
+
+    engine._drafts = spy
+    prompt = served.llm.tokenize(b"The quick brown fox", add_bos=True)
+    got = {}
+    try:
+        with running(served) as url:
+            def ask(i, n):
+                got[i] = httpx.post(f"{url}/completion", timeout=120, json={
+                    "prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": True,
+                    "return_tokens": True}).json()["tokens"]
+
+            first = threading.Thread(target=ask, args=(0, 200))
+            first.start()
+            assert drafting.wait(60), seen
+            ask(1, 16)
+            first.join()
+    finally:
+        served.llm.close()
+    assert [n for live, feeding, n in seen if live and feeding] and all(
+        n == 0 for live, feeding, n in seen if feeding), seen
+    assert sum(n for live, feeding, n in seen if live and not feeding) > 0, seen
+    import llama_cpp
+
+    ref = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, verbose=False)
+    want = generate(ref, prompt, 200, stop_at_eos=False).tokens
+    ref.close()
+    assert got[1] == want[:16] and got[0] == want
+
+
+def test_a_floor_rations_a_long_draft_beside_a_slot_that_drafts_nothing():
+    """Two busy slots, a constant cost of 0.1 per row (a draft beside an undrafting slot is a second pass: 2.1 +
+    0.1 (j - 1) against 1.1), a chain expected to yield 1 + 0.9 j: without a floor the plan drafts it whole; with
+    FLOOR 0.5 a fresh other slot would fall behind half its plain pace (due 0.5 x 2.8 / 1.1 = 1.27 tokens for its 1),
+    so nothing is drafted until plain steps have banked its credit (0.5 a step, at most CREDIT); then the whole
+    chain, and the step's lag is what it cost; a new request starts with no credit."""
+    chain = 1 + 0.9 * np.arange(9)
+    pricer = StepPricer(VerifyCost(constant=0.1))
+    pricer.FLOOR = 0.0
+    pricer.start([0, 1])
+    assert pricer.plan({0: chain}) == {0: 8}
+    pricer.FLOOR = 0.5
+    pricer.start([0, 1])
+    assert pricer.plan({0: chain}) == {0: 0}
+    for _ in range(8):  # plain steps: each slot 0.5 tokens ahead of the floor's pace a step, up to CREDIT
+        pricer.settle({0: 1, 1: 1})
+        pricer.start([0, 1])
+    assert pricer.lag == pytest.approx({0: -pricer.CREDIT, 1: -pricer.CREDIT})
+    assert pricer.plan({0: chain}) == {0: 8}
+    pricer.settle({0: 9, 1: 1})
+    assert pricer.lag[1] == pytest.approx(-pricer.CREDIT + 0.5 * 2.8 / 1.1 - 1)
+    pricer.start([0, 1])
+    pricer.settle({0: 1})  # slot 1's request ended in that step: the next one starts over
+    pricer.start([0, 1])
+    assert 1 not in pricer.lag and pricer.plan({0: chain}) == {0: 0}
+    pricer.start([0])  # one busy slot: its lag is kept, not changed
+    pricer.settle({0: 1})
+    assert pricer.lag == pytest.approx({0: -pricer.CREDIT})

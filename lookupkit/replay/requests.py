@@ -152,6 +152,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
                 traces[idx] = RequestTrace(len(prompt), len(response), drafted, accepted)
                 end_sequence(drafters[i], learn)
                 slots[i] = None
+        pricer.settle({i: slots[i][5][-1] + 1 for i in live if slots[i] is not None})
     plain, plain_steps = plain_schedule([len(r) - 1 for _, r in requests], parallel, cost)
     return [traces[i] for i in range(len(requests))], {"cost": spent, "steps": steps, "plain_cost": plain,
                                                        "plain_steps": plain_steps}

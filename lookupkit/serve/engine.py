@@ -20,7 +20,10 @@ A step's drafts are planned together (`pricing`, the --verify-cost curve, for --
 batch of 2 rows costs about what 2 single rows do, so a drafted token that is rejected displaces another slot's
 real one, while slots drafting equal lengths share a pass over the weights. Each slot computes its chain and what
 each prefix of it is expected to yield; the plan (verify_cost.StepPricer.plan) drafts the prefixes that maximise
-the whole step's expected tokens per unit of its cost. With one busy slot this is the one-sequence rule exactly.
+the whole step's expected tokens per unit of its cost, leaving no slot below StepPricer.FLOOR of its --draft 0 pace
+(one slot's long draft must not starve the others). With one busy slot this is the one-sequence rule exactly. A
+step that feeds a prompt drafts nothing: each drafted row (with its logits, which a prompt row has not) would delay
+that request's first token and take its chunk's room, and a chain waits one step at little loss.
 
 Drafts are checked against n_vocab before they enter a batch: a cache damaged in a section the O(1)
 open does not check can draft any int32 (mutated suffix indexes did), and an id
@@ -126,11 +129,8 @@ class Engine:
         self.batch = Batch(self.m.lib, self.m.n_batch)
         self._cv = threading.Condition()
         self._pending: deque[Job] = deque()
-        self._busy = 0
-        self._static = None  # a static cache to switch to (swap_static), and how many swaps there were
-        self.static_swaps = 0
-        self._closing = False
-        self._warned = False
+        self._busy, self._closing, self._warned = 0, False, False
+        self._static, self.static_swaps = None, 0  # a static cache to switch to (swap_static), and how many swaps
         self._thread = threading.Thread(target=self._run, name="lookupkit-engine", daemon=True)
 
     def start(self) -> None:
@@ -278,6 +278,7 @@ class Engine:
             return
         self.metrics.inc("decode_calls_total")
         self.metrics.inc("decode_seconds_total", by=time.perf_counter() - t)
+        got = {}
         for slot, row, draft in work:
             if self.on_batch is not None:  # for checks, not speed: (seq, first position, tokens, their rows)
                 toks = [slot.tok, *draft] if draft is not None else [int(slot.job.prompt[-1])]
@@ -298,12 +299,17 @@ class Engine:
                 slot.calls += 1
                 self.metrics.inc("verify_calls_total")
                 self._emit(slot, new, draft, n_acc)
+                if slot.job is not None:  # still serving: its pace is kept (StepPricer.settle)
+                    got[slot.seq] = len(new)
+        if self.pricer is not None:
+            self.pricer.settle(got)
 
     def _drafts(self, live: list) -> dict:
-        """{seq: draft} of the busy slots, planned together with pricing (verify_cost.StepPricer.drafts); a draft's
-        ids are checked against the vocabulary before any enters a batch."""
+        """{seq: draft} of the busy slots, planned together (StepPricer.drafts), none in a step that feeds a prompt;
+        a draft's ids are checked against the vocabulary before any enters a batch."""
+        feeding = any(slot.job is not None and slot.tok is None for slot in self.slots)  # a prompt goes in this step
         jobs = [(slot.seq, slot.drafter, min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
-                 if slot.drafter is not None else 0) for slot in live]
+                 if slot.drafter is not None and not feeding else 0) for slot in live]
         if self.pricer is not None:
             drafts = self.pricer.drafts(jobs)
         else:
