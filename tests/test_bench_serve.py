@@ -344,3 +344,29 @@ def test_the_report_pools_other_runs_as_further_repeats():
     found = [(ok, detail) for what, ok, detail in report.targets(both) if "4 clients: lk:policy >= 1.2x" in what]
     assert found == [(False, "1.00x")]
     assert "pooled with second.json" in report.markdown(both)
+
+
+def test_the_fairness_bench_serves_each_floor_and_plain_in_process(tiny_gguf, tmp_path, capsys):
+    import json
+
+    from lookupkit.bench.serve import fairness
+
+    seqs = [{"task": task, "paragraph": i, "prompt_len": 6, "tokens": [1, 5 + i, 7, 9, 11, 13, 15, 17]}
+            for task in ("wiki", "copy") for i in range(8)]
+    gens = tmp_path / "gens.json"
+    gens.write_text(json.dumps({"model": "tiny", "text": "none", "sequences": seqs}))
+    out = tmp_path / "fair.json"
+    for mode in ("fixed", "pool"):
+        fairness.run(["--gens", str(gens), "-m", str(tiny_gguf), "--floors", "0,0.8", "--sets", "0,1", "--mode", mode,
+                      "-n", "8", "-t", "1", "-o", str(out)])
+        res = json.loads(out.read_text())
+        assert [(r["set"], r["floor"]) for r in res["runs"]] == [(0, None), (0, 0.0), (0, 0.8), (1, 0.8), (1, 0.0),
+                                                                 (1, None)]
+        assert all(len(r["requests_s"]) == 8 and len(r["clients_s"]) == 4 and r["wall_s"] > 0 for r in res["runs"])
+        assert set(res["summary"]) == {"plain", "floor 0", "floor 0.8"} and res["mode"] == mode
+    assert "slowest request" in capsys.readouterr().out
+    for args, match in ((["--gens", str(tmp_path / "none.json")], "generations JSON"),
+                        (["--gens", str(out)], "holds no generations"),
+                        (["--gens", str(gens), "--floors", "2"], "outside")):
+        with pytest.raises(InputError, match=match):
+            fairness.run([*args, "-o", str(tmp_path / "x.json")])

@@ -8,6 +8,7 @@
     python -m lookupkit.bench.serve.overhead                      # the HTTP path alone, the model taken out
     python -m lookupkit.bench.serve.kv_layout                     # a step's cost by its rows' layout, split or unified KV
     python -m lookupkit.bench.serve.same_drafts --caches DIR -o A.json [--python OLD_PY] [--compare B.json]
+    python -m lookupkit.bench.serve.fairness --gens GENS.json --mix mixed --mode fixed -o OUT.json  # the pace floor
 
 One room, one job per module: `client` (a streamed /completion, and N clients at once), `servers` (a
 server process of either kind: its command, start-up time, memory), `tasks` (the prompts and caches of
@@ -18,5 +19,6 @@ part's table and targets),
 `restart` (a learning server's speed before and after a restart from its saved state), `overhead` (what
 the HTTP path of `lookupkit serve` costs per token and per request, a fake engine in place of the model),
 `kv_layout` (what one step costs as the slots lay out their rows, with a KV stream per sequence or one pool),
-`same_drafts` (whether a change left every served request's tokens and drafts as they were).
+`same_drafts` (whether a change left every served request's tokens and drafts as they were), `fairness` (what the
+pace floor does to the slowest request and the aggregate at 4 clients, in-process, on held-out prompts).
 """

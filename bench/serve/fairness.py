@@ -1,0 +1,151 @@
+"""What the pace floor (verify_cost.StepPricer.FLOOR) does at 4 clients, on prompts nobody tuned on.
+
+In-process (the serve engine in threads, no HTTP): 4 closed-loop clients send held-out prompts (a generations file
+of WikiText-103 test paragraphs: `python -m lookupkit.bench.generations`) to a 4-slot engine, once per variant
+(--draft 0, and the policy with each --floors value), the variants alternated set by set. --mode fixed gives each
+client its own list, as a conversation is (the slowest client sets the wall time); pool lets every client take the
+next prompt of one list (the serving bench's concurrency part). --mix mixed gives client 0 the copy prompts and the
+others prose: one slot whose long drafts make every step dearer for the rest. Per run: the wall time, every
+request's time and each client's; the summary pools the sets (tok/s = all tokens / all wall time).
+
+    python -m lookupkit.bench.generations -m gemma-3-270m -o gens.json --prompts 32 --tasks wiki,copy -n 256 --seed 13
+    python -m lookupkit.bench.serve.fairness --gens gens.json --mix mixed --mode fixed --sets 0,1,2 -o out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+from lookupkit.bench.harness import command, entry, git_state, machine, write_text
+from lookupkit.bench.serve.run import CURVE
+from lookupkit.errors import InputError
+
+CLIENTS, PER_CLIENT = 4, 2  # each set: 4 clients x 2 prompts
+
+
+def client_lists(gens: dict, mix: str, index: int) -> list[list]:
+    """Set `index`'s prompts, a list per client: their tasks by --mix, consecutive paragraphs of the file."""
+    by = {t: [s["tokens"][:s["prompt_len"]] for s in gens["sequences"] if s["task"] == t] for t in ("wiki", "copy")}
+    out = []
+    for c in range(CLIENTS):
+        task = mix if mix != "mixed" else ("copy" if c == 0 else "wiki")
+        if not by[task]:
+            raise InputError(f"the generations file has no {task} prompts: make it with --tasks wiki,copy")
+        start = (index * CLIENTS + c) * PER_CLIENT
+        out.append([by[task][(start + j) % len(by[task])] for j in range(PER_CLIENT)])
+    return out
+
+
+def serve_set(model: str, floor: float | None, lists: list[list], mode: str, n_new: int, threads: int) -> dict:
+    """One engine (floor None: --draft 0), the clients' lists through it; times in seconds."""
+    import numpy as np
+
+    from lookupkit.serve import engine as E
+    from lookupkit.serve.sampling import Sampling
+    from lookupkit.serve.startup import open_server
+
+    kw = dict(n_draft=0) if floor is None else dict(policy="lookupkit", verify_cost=str(CURVE), n_draft=64)
+    served = open_server(model, parallel=CLIENTS, n_ctx=4096, threads=threads, **kw)
+    if floor is not None:
+        served.engine.pricer.FLOOR = floor
+    served.engine.start()  # its own pricer's floor set above; the class constant is untouched
+    shared = queue.SimpleQueue()
+    for prompt in (p for lst in lists for p in lst):
+        shared.put(prompt)
+    requests, per_client = [], [0.0] * CLIENTS
+
+    def client(c: int) -> None:
+        t0, mine = time.perf_counter(), list(lists[c])
+        while True:
+            if mode == "fixed":
+                if not mine:
+                    break
+                prompt = mine.pop(0)
+            else:
+                try:
+                    prompt = shared.get_nowait()
+                except queue.Empty:
+                    break
+            done = threading.Event()
+
+            def deliver(event, done=done):
+                if isinstance(event, E.Done):
+                    done.set()
+
+            t = time.perf_counter()
+            served.engine.submit(E.Job(prompt=np.asarray(prompt, np.int32), max_tokens=n_new,
+                                       sampling=Sampling(temperature=0), ignore_eos=True, deliver=deliver))
+            done.wait()
+            requests.append(time.perf_counter() - t)
+        per_client[c] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    served.engine.close()
+    served.llm.close()
+    return {"wall_s": wall, "requests_s": requests, "clients_s": per_client}
+
+
+def run(argv) -> None:
+    from lookupkit import models
+
+    p = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve.fairness", description=__doc__.split("\n")[0])
+    p.add_argument("--gens", type=Path, required=True, help="held-out generations (lookupkit.bench.generations)")
+    p.add_argument("-m", "--model", default="gemma-3-270m")
+    p.add_argument("--floors", default="0,0.8", help="StepPricer.FLOOR values to serve with (comma-separated)")
+    p.add_argument("--mix", choices=("mixed", "wiki", "copy"), default="mixed")
+    p.add_argument("--mode", choices=("fixed", "pool"), default="fixed")
+    p.add_argument("--sets", default="0,1,2", help="which sets of 8 prompts (comma-separated indexes)")
+    p.add_argument("--no-plain", action="store_true", help="leave out the --draft 0 engine")
+    p.add_argument("-n", "--n-new", type=int, default=256)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("-o", "--output", type=Path, required=True)
+    a = p.parse_args(argv)
+    try:
+        gens = json.loads(a.gens.read_text())
+        floors = [float(x) for x in a.floors.split(",")]
+        sets = [int(x) for x in a.sets.split(",")]
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{exc}: --gens is a generations JSON file, --floors numbers, --sets integers") from None
+    if not isinstance(gens, dict) or not gens.get("sequences") or any(not 0 <= f < 1.5 for f in floors):
+        raise InputError(f"{a.gens} holds no generations (make it with lookupkit.bench.generations), or a floor is "
+                         f"outside 0..1.5")
+    model = str(models.resolve(a.model))
+    variants = ([] if a.no_plain else [None]) + floors
+    runs = []
+    for i, index in enumerate(sets):
+        lists = client_lists(gens, a.mix, index)
+        for floor in variants if i % 2 == 0 else variants[::-1]:
+            r = serve_set(model, floor, lists, a.mode, a.n_new, a.threads)
+            runs.append({"set": index, "floor": floor, **r})
+            n = CLIENTS * PER_CLIENT * a.n_new
+            name = "plain" if floor is None else f"floor {floor:g}"
+            print(f"set {index} {name:10s} {n / r['wall_s']:6.1f} tok/s, slowest request {max(r['requests_s']):5.1f} s,"
+                  f" clients {' '.join(f'{x:.1f}' for x in r['clients_s'])} s", flush=True)
+    summary = {}
+    for floor in variants:
+        mine = [r for r in runs if r["floor"] == floor]
+        summary["plain" if floor is None else f"floor {floor:g}"] = {
+            "tok_per_s": CLIENTS * PER_CLIENT * a.n_new * len(mine) / sum(r["wall_s"] for r in mine),
+            "slowest_request_s_mean": sum(max(r["requests_s"]) for r in mine) / len(mine)}
+    for name, s in summary.items():
+        print(f"{name:10s} {s['tok_per_s']:6.1f} tok/s pooled, slowest request {s['slowest_request_s_mean']:.1f} s "
+              f"(mean over sets)")
+    write_text(a.output, json.dumps({"kind": "serve-fairness", "date": time.strftime("%Y-%m-%d"), "git": git_state(),
+                                     "machine": machine(), "command": command("lookupkit.bench.serve.fairness", argv),
+                                     "gens": {k: v for k, v in gens.items() if k != "sequences"}, "mix": a.mix,
+                                     "mode": a.mode, "runs": runs, "summary": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    entry(run)
