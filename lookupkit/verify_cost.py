@@ -195,8 +195,8 @@ class StepPricer:
         """{seq: tokens to draft} from the busy slots' chains {seq: E}, E[j] the tokens its first j would yield
         (Drafter.plan; a busy slot not in `chains` decodes the rows the layout gives it and is expected to yield one
         token), among the plans that leave no busy slot behind FLOOR of its pace (or further behind than drafting
-        nothing would): the best plan where every slot drafts min(j, its chain) for one j, improved slot by slot (each its
-        best length beside the others') until none changes, 4 rounds at most; the layout is then the plan's."""
+        nothing would): the best plan where every slot drafts min(j, its chain) for one j, improved slot by slot
+        (each its best length beside the others') until none changes, 4 rounds at most; the layout is then the plan's."""
         seqs = list(chains)
         others = sum(1 for s in self.seqs if s not in chains)
         lengths = {s: sorted({j for j in self.SEARCHED if j < len(e)} | {len(e) - 1}) for s, e in chains.items()}
