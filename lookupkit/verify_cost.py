@@ -134,9 +134,10 @@ class StepPricer:
     # lost 1-3 % in held-out replays at 4 clients (bench/RESULTS.md: Drafts planned together), as the lengths it
     # adds are chosen where their expectations run highest.
     SEARCHED = tuple(range(17)) + (20, 24, 28, 32, 40, 48, 56, 64)
-    # No busy slot is expected to fall below FLOOR of the pace --draft 0 would give it in the steps it shares (one
-    # slot's long draft makes a step several times dearer for all: bench/RESULTS.md: A floor under every slot's
-    # pace); CREDIT tokens ahead of that pace may be banked, so that a long draft is rationed, not banned.
+    # No plan is to leave a busy slot expected below FLOOR of the pace --draft 0 would give it in the steps it
+    # shares, or further below than drafting nothing would (one slot's long draft makes a step several times dearer
+    # for all: bench/RESULTS.md: A floor under every slot's pace); CREDIT tokens ahead of that pace may be banked, so
+    # that a long draft is rationed, not banned. A llama.cpp-rule drafter's own draft is not planned, so not held.
     FLOOR, CREDIT = 0.8, 4.0
 
     def __init__(self, cost: VerifyCost):
@@ -153,10 +154,12 @@ class StepPricer:
 
     def settle(self, got: dict) -> None:
         """After a step: {seq: tokens it emitted} of the slots still serving. In a step of several busy slots each
-        one's lag behind FLOOR of its --draft 0 pace (tokens; negative: ahead, at most CREDIT) follows; a slot not
-        in `got` (its request ended, or its next one is being fed) starts over."""
-        shared = len(self.seqs) > 1 and self.plain < math.inf
-        due = self.FLOOR * self.cost_of_step() / self.plain if shared else 0.0
+        one's lag behind FLOOR of its --draft 0 pace (tokens; negative: ahead, at most CREDIT) follows; a step of one
+        (or one past what was measured) leaves it as it was; a slot not in `got` (its request ended, or its next
+        one is being fed) starts over."""
+        cost = self.cost_of_step()
+        shared = len(self.seqs) > 1 and self.plain < math.inf and cost < math.inf
+        due = self.FLOOR * cost / self.plain if shared else 0.0
         self.lag = {seq: max(-self.CREDIT, self.lag.get(seq, 0.0) + due - n) if shared else self.lag.get(seq, 0.0)
                     for seq, n in got.items()}
 

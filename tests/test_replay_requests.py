@@ -152,3 +152,31 @@ def test_the_parallel_replay_of_one_client_is_the_replay_and_of_four_prices_each
     assert sum(map(sum, (t.drafted for t in four))) < sum(map(sum, (t.drafted for t in one)))
     with pytest.raises(InputError, match="--parallel"):
         replay_parallel(reqs, make, 2, "off", dear, 0)
+
+
+def test_the_parallel_replay_holds_each_slot_to_the_floor_it_settles(tiny_gguf, prompts, monkeypatch):
+    """Two clients at a constant cost (a draft beside an undrafting slot is a second pass): a floor near plain pace
+    drafts less than none, and every step settles each slot still serving with the tokens it emitted (a request's
+    last step ends it: not settled)."""
+    from lookupkit.integrations.llama_generate import generate
+    from lookupkit.replay.requests import replay_parallel
+    from lookupkit.verify_cost import StepPricer, VerifyCost
+
+    llm = llama_cpp.Llama(model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, verbose=False)
+    reqs = [(p, generate(llm, p, N_NEW, stop_at_eos=False).tokens) for p in prompts]
+    llm.close()
+    cost = VerifyCost(constant=0.1)
+    make, _ = drafter_factory(tiny_gguf, policy="lookupkit", verify_cost=cost)
+    settled, settle = [], StepPricer.settle
+    monkeypatch.setattr(StepPricer, "settle", lambda self, got: (settled.append(dict(got)), settle(self, got)))
+
+    def replay(floor):
+        monkeypatch.setattr(StepPricer, "FLOOR", floor)
+        settled.clear()
+        traces, _ = replay_parallel(reqs, make, N_DRAFT, "off", cost, 2, n_ctx=1024)
+        assert [t.n_response for t in traces] == [len(r) for _, r in reqs]
+        return traces
+
+    free, held = replay(0.0), replay(0.95)
+    assert sum(map(sum, (t.drafted for t in free))) > sum(map(sum, (t.drafted for t in held)))
+    assert sum(sum(got.values()) for got in settled) == sum(sum(a + 1 for a in t.accepted[:-1]) for t in held)

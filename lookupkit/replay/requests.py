@@ -102,7 +102,8 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
                     n_ctx: int | None = None) -> tuple[list[RequestTrace], dict]:
     """Replay `requests` as `parallel` clients send them to a server: that many in flight at once, each in its own
     slot (a Drafter from make_drafter(), learning at its end as --learn says), every step drafting for each busy
-    slot as the engine does (verify_cost.StepPricer's plan) and costing the step's passes as it does.
+    slot as the engine does (verify_cost.StepPricer's plan and floor) and costing the step's passes as it does; a
+    log has no prompt timings, so its prompts take no step here (the engine drafts nothing while it feeds one).
     Returns the traces (in the log's order) and {"cost": the steps' cost, "plain_cost": the same schedule's steps
     without drafts, "steps", "plain_steps"}: plain_cost / cost is the aggregate decode speed-up predicted."""
     from collections import deque

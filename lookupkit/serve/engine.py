@@ -20,10 +20,10 @@ A step's drafts are planned together (`pricing`, the --verify-cost curve, for --
 batch of 2 rows costs about what 2 single rows do, so a drafted token that is rejected displaces another slot's
 real one, while slots drafting equal lengths share a pass over the weights. Each slot computes its chain and what
 each prefix of it is expected to yield; the plan (verify_cost.StepPricer.plan) drafts the prefixes that maximise
-the whole step's expected tokens per unit of its cost, leaving no slot below StepPricer.FLOOR of its --draft 0 pace
-(one slot's long draft must not starve the others). With one busy slot this is the one-sequence rule exactly. A
-step that feeds a prompt drafts nothing: each drafted row (with its logits, which a prompt row has not) would delay
-that request's first token and take its chunk's room, and a chain waits one step at little loss.
+the whole step's expected tokens per unit of its cost among the plans that leave no slot expected below
+StepPricer.FLOOR of its --draft 0 pace (one slot's long draft must not starve the others). With one busy slot this
+is the one-sequence rule exactly. Steps that feed a prompt draft nothing: each drafted row (with its logits, which a
+prompt row has not) would delay that request's first token and take its chunk's room.
 
 Drafts are checked against n_vocab before they enter a batch: a cache damaged in a section the O(1)
 open does not check can draft any int32 (mutated suffix indexes did), and an id
@@ -310,14 +310,14 @@ class Engine:
         feeding = any(slot.job is not None and slot.tok is None for slot in self.slots)  # a prompt goes in this step
         jobs = [(slot.seq, slot.drafter, min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
                  if slot.drafter is not None and not feeding else 0) for slot in live]
-        if self.pricer is not None:
-            drafts = self.pricer.drafts(jobs)
-        else:
-            drafts = {seq: drafter.draft(None, k) if k > 0 else [] for seq, drafter, k in jobs}
+        drafts = self.pricer.drafts(jobs) if self.pricer is not None else {
+            seq: drafter.draft(None, k) if k > 0 else [] for seq, drafter, k in jobs}
         for seq, draft in drafts.items():
             drafts[seq], cut = valid_draft(draft, self.m.n_vocab)
             if cut:
                 self.metrics.inc("draft_refused_tokens_total", by=cut)
+                if self.pricer is not None:  # the step is priced as it runs
+                    self.pricer.layout[seq] = 1 + len(drafts[seq])
                 if not self._warned:
                     self._warned = True
                     log.warning("a draft held a token id outside this model's vocabulary of %d: the cache is "
