@@ -204,10 +204,13 @@ class StepPricer:
         others = sum(1 for s in self.seqs if s not in chains)
         lengths = {s: sorted({j for j in self.SEARCHED if j < len(e)} | {len(e) - 1}) for s, e in chains.items()}
         rows = list(self.layout)
-        lag = {s: self.lag.get(s, 0.0) for s in self.seqs}
-        due = self.FLOOR * self.layout_cost(rows) / self.plain if self.plain < math.inf else 0.0
+
+        def lags(d: dict, cost: float) -> dict:  # each busy slot's lag after a step of plan d costing `cost`
+            due = self.FLOOR * cost / self.plain if self.plain < math.inf else 0.0
+            return {s: self.lag.get(s, 0.0) + due - (chains[s][d[s]] if s in chains else 1.0) for s in self.seqs}
+
         # the lag a slot may end the step with: none, or what the step without these drafts would leave it
-        allowed = {s: max(0.0, lag[s] + due - (chains[s][0] if s in chains else 1.0)) for s in self.seqs}
+        allowed = {s: max(0.0, v) for s, v in lags(dict.fromkeys(seqs, 0), self.layout_cost(rows)).items()}
 
         def value(d: dict) -> float:
             for s in seqs:
@@ -215,8 +218,7 @@ class StepPricer:
             cost = self.layout_cost(rows)
             if cost == math.inf:
                 return 0.0
-            due = self.FLOOR * cost / self.plain
-            if any(lag[s] + due - (chains[s][d[s]] if s in chains else 1.0) > allowed[s] + 1e-12 for s in self.seqs):
+            if any(v > allowed[s] + 1e-12 for s, v in lags(d, cost).items()):
                 return -1.0  # a slot would fall behind its floor (the plan drafting nothing never does)
             return (others + sum(chains[s][d[s]] for s in seqs)) / cost
 

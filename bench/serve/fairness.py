@@ -28,9 +28,14 @@ from lookupkit.errors import InputError
 CLIENTS, PER_CLIENT = 4, 2  # each set: 4 clients x 2 prompts
 
 
-def client_lists(gens: dict, mix: str, index: int) -> list[list]:
-    """Set `index`'s prompts, a list per client: their tasks by --mix, consecutive paragraphs of the file."""
-    by = {t: [s["tokens"][:s["prompt_len"]] for s in gens["sequences"] if s["task"] == t] for t in ("wiki", "copy")}
+def prompts_by_task(gens: dict) -> dict:
+    """{task: its prompts, in the file's order} of a generations file (wiki and copy)."""
+    return {t: [s["tokens"][:s["prompt_len"]] for s in gens["sequences"] if s["task"] == t] for t in ("wiki", "copy")}
+
+
+def client_lists(by: dict, mix: str, index: int) -> list[list]:
+    """Set `index`'s prompts (`by`: prompts_by_task), a list per client: their tasks by --mix, consecutive
+    paragraphs."""
     out = []
     for c in range(CLIENTS):
         task = mix if mix != "mixed" else ("copy" if c == 0 else "wiki")
@@ -122,9 +127,9 @@ def run(argv) -> None:
                          f"outside 0..1.5")
     model = str(models.resolve(a.model))
     variants = ([] if a.no_plain else [None]) + floors
-    runs = []
+    by, runs = prompts_by_task(gens), []
     for i, index in enumerate(sets):
-        lists = client_lists(gens, a.mix, index)
+        lists = client_lists(by, a.mix, index)
         for floor in variants if i % 2 == 0 else variants[::-1]:
             r = serve_set(model, floor, lists, a.mode, a.n_new, a.threads)
             runs.append({"set": index, "floor": floor, **r})

@@ -253,7 +253,7 @@ class Engine:
                          drafts[slot.seq]))
         for slot in self.slots:
             room = b.capacity - b.b.n_tokens
-            if slot.job is None or slot.tok is not None or room <= 0:
+            if not slot.feeding or room <= 0:
                 continue
             if not slot.primed and slot.drafter is not None:
                 if self.history_for is not None:  # the job's tenant's History, before the drafter sees its prompt
@@ -307,7 +307,7 @@ class Engine:
     def _drafts(self, live: list) -> dict:
         """{seq: draft} of the busy slots, planned together (StepPricer.drafts), none in a step that feeds a prompt;
         a draft's ids are checked against the vocabulary before any enters a batch."""
-        feeding = any(slot.job is not None and slot.tok is None for slot in self.slots)  # a prompt goes in this step
+        feeding = any(slot.feeding for slot in self.slots)  # a prompt goes in this step
         jobs = [(slot.seq, slot.drafter, min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
                  if slot.drafter is not None and not feeding else 0) for slot in live]
         drafts = self.pricer.drafts(jobs) if self.pricer is not None else {

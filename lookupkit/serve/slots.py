@@ -53,6 +53,11 @@ class Slot:
         self.t0, self.t1 = time.perf_counter(), None
         self.calls = self.drafted = self.accepted = 0
 
+    @property
+    def feeding(self) -> bool:
+        """Serving a job whose prompt is not all decoded yet (its first token not sampled)."""
+        return self.job is not None and self.tok is None
+
     def in_cache(self) -> np.ndarray:
         """The tokens the KV cache holds between steps: the prompt as far as it was fed, then every emitted
         token but the last (sampled, not yet decoded)."""
