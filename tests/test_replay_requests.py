@@ -116,6 +116,20 @@ def test_summary_prices_the_steps_with_the_curve():
     assert (s["calls"], s["drafted"], s["accepted"], s["tokens"]) == (3, 8, 6, 8)
 
 
+def test_a_draft_ends_where_the_response_or_the_context_does():
+    """The server's Slot.room, by hand: a step emits what it accepts and one more token, so at 200 of 256 tokens
+    55 more may be drafted, the last token none; a context of 250 around a 20-token prompt leaves 250 - 20 - 200 =
+    30 cells, one of them for the token the step emits."""
+    from lookupkit.replay.requests import room
+
+    prompt, response = [1] * 20, [2] * 256
+    assert room(64, None, prompt, response, 200) == 55
+    assert room(16, None, prompt, response, 200) == 16
+    assert room(64, None, prompt, response, 255) == 0
+    assert room(64, 300, prompt, response, 200) == 55  # the budget is nearer than the context's end
+    assert room(64, 250, prompt, response, 200) == 29
+
+
 def test_a_plain_schedule_of_several_clients_is_counted_by_hand():
     """Responses of 3, 1 and 2 tokens after their first, 2 at a time, a step of n rows costing 1 + 0.5 (n - 1):
     [3, 1] then [2, 2 (the third joins as the second ends)] then [1, 1]: 3 steps of 2 rows, 4.5."""

@@ -56,6 +56,28 @@ def test_a_repeated_request_drafts_from_the_shared_history_only_when_learning(ti
         served.llm.close()
 
 
+def test_no_draft_runs_past_the_requests_budget(tiny_gguf):
+    """A repeat the history knows whole, asked for fewer tokens than it knows: every verify step's rows end where
+    the response can still use them (the last emitted token is sampled, never decoded), the first steps drafted
+    right up to that limit, and the output is the first run's prefix."""
+    batches = []
+    served = open_server(tiny_gguf, policy="lookupkit", verify_cost=0.05, n_draft=64, parallel=1, n_ctx=2048,
+                         threads=1, learn="history", on_batch=lambda seq, pos, toks, rows: batches.append((pos, toks)))
+    try:
+        with running(served) as url:
+            first = complete(url, n=N)
+            start, short = len(batches), N // 3
+            again = complete(url, n=short)
+    finally:
+        served.llm.close()
+    assert again["tokens"] == first["tokens"][:short]
+    n_prompt = again["timings"]["prompt_n"] + again["timings"].get("cache_n", 0)
+    last = n_prompt + short - 2  # the position of the last output token a step decodes
+    steps = [(pos, len(toks)) for pos, toks in batches[start:] if pos >= n_prompt]
+    assert steps and all(pos + n - 1 <= last for pos, n in steps)
+    assert max(pos + n - 1 for pos, n in steps) == last and max(n for _, n in steps) > 2
+
+
 def test_learn_dynamic_teaches_the_slots_dynamic_cache(tiny_gguf):
     served = open_server(tiny_gguf, n_draft=16, parallel=1, n_ctx=1024, threads=1, learn="dynamic")
     try:

@@ -71,6 +71,15 @@ def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[in
     return out
 
 
+def room(n_draft: int, n_ctx: int | None, prompt, response, pos: int) -> int:
+    """The longest draft the server makes at `pos` tokens into `response` (serve.slots.Slot.room): one less than
+    the tokens its budget and the slot's context leave. A log holds no max_tokens: the response's length stands
+    for it (exact for a response stopped by its budget, as the bench's are; one stopped at an end token the server
+    may have drafted past in its last step)."""
+    left = len(response) - pos if n_ctx is None else min(len(response) - pos, n_ctx - len(prompt) - pos)
+    return min(n_draft, left - 1)
+
+
 def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | None = None) -> list[RequestTrace]:
     """Replay `requests` [(prompt, response)] in order through one slot's `drafter` (a Drafter, with a
     History if learn == "history"), learning each as `lookupkit serve --learn LEARN` does; n_ctx: the
@@ -83,7 +92,7 @@ def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | No
         drafter.accept(response[:1])
         pos, drafted, accepted = 1, [], []
         while pos < len(response):
-            k = n_draft if n_ctx is None else min(n_draft, n_ctx - 2 - (len(prompt) + pos - 1))
+            k = room(n_draft, n_ctx, prompt, response, pos)
             d = drafter.draft(None, k) if k > 0 else []
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
@@ -133,8 +142,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
         live = [i for i in range(parallel) if slots[i] is not None]
         if not live:
             continue
-        drafts = pricer.drafts([(i, drafters[i], n_draft if n_ctx is None else
-                                 min(n_draft, n_ctx - 2 - (len(slots[i][1]) + slots[i][3] - 1))) for i in live])
+        drafts = pricer.drafts([(i, drafters[i], room(n_draft, n_ctx, *slots[i][1:4])) for i in live])
         for i in live:
             idx, prompt, response, pos, drafted, accepted = slots[i]
             d = drafts[i]

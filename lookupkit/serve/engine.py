@@ -305,10 +305,10 @@ class Engine:
             self.pricer.settle(got)
 
     def _drafts(self, live: list) -> dict:
-        """{seq: draft} of the busy slots, planned together (StepPricer.drafts), none in a step that feeds a prompt;
-        a draft's ids are checked against the vocabulary before any enters a batch."""
+        """{seq: draft} of the busy slots, planned together (StepPricer.drafts), none in a step that feeds a prompt,
+        none past the request's budget or the slot's context (Slot.room); a draft's ids are checked against the vocabulary before any enters a batch."""
         feeding = any(slot.feeding for slot in self.slots)  # a prompt goes in this step
-        jobs = [(slot.seq, slot.drafter, min(self.n_draft, self.n_ctx_slot - 1 - len(slot.job.prompt) - len(slot.out))
+        jobs = [(slot.seq, slot.drafter, min(self.n_draft, slot.room(self.n_ctx_slot))
                  if slot.drafter is not None and not feeding else 0) for slot in live]
         drafts = self.pricer.drafts(jobs) if self.pricer is not None else {
             seq: drafter.draft(None, k) if k > 0 else [] for seq, drafter, k in jobs}

@@ -58,6 +58,12 @@ class Slot:
         """Serving a job whose prompt is not all decoded yet (its first token not sampled)."""
         return self.job is not None and self.tok is None
 
+    def room(self, n_ctx_slot: int) -> int:
+        """The most tokens a draft may hold: a step emits its accepted tokens and one more, so one less than what
+        the request's max_tokens and the slot's context leave; a draft past them is rows decoded for tokens nobody
+        receives."""
+        return min(self.job.max_tokens - len(self.out), n_ctx_slot - len(self.job.prompt) - len(self.out)) - 1
+
     def in_cache(self) -> np.ndarray:
         """The tokens the KV cache holds between steps: the prompt as far as it was fed, then every emitted
         token but the last (sampled, not yet decoded)."""
