@@ -357,16 +357,55 @@ def test_the_fairness_bench_serves_each_floor_and_plain_in_process(tiny_gguf, tm
     gens.write_text(json.dumps({"model": "tiny", "text": "none", "sequences": seqs}))
     out = tmp_path / "fair.json"
     for mode in ("fixed", "pool"):
-        fairness.run(["--gens", str(gens), "-m", str(tiny_gguf), "--floors", "0,0.8", "--sets", "0,1", "--mode", mode,
+        fairness.run(["--gens", str(gens), "-m", str(tiny_gguf), "--floors", "0,0.8:16", "--sets", "0,1", "--mode", mode,
                       "-n", "8", "-t", "1", "-o", str(out)])
         res = json.loads(out.read_text())
         assert [(r["set"], r["floor"]) for r in res["runs"]] == [(0, None), (0, 0.0), (0, 0.8), (1, 0.8), (1, 0.0),
                                                                  (1, None)]
         assert all(len(r["requests_s"]) == 8 and len(r["clients_s"]) == 4 and r["wall_s"] > 0 for r in res["runs"])
-        assert set(res["summary"]) == {"plain", "floor 0", "floor 0.8"} and res["mode"] == mode
+        assert set(res["summary"]) == {"plain", "floor 0", "floor 0.8 credit 16"} and res["mode"] == mode
     assert "slowest request" in capsys.readouterr().out
     for args, match in ((["--gens", str(tmp_path / "none.json")], "generations JSON"),
                         (["--gens", str(out)], "holds no generations"),
-                        (["--gens", str(gens), "--floors", "2"], "outside")):
+                        (["--gens", str(gens), "--floors", "2"], "outside"),
+                        (["--gens", str(gens), "--floors", "0.8:-1"], "credit below 0"),
+                        (["--gens", str(gens), "--floors", "0.8:x"], "FLOOR:CREDIT")):
         with pytest.raises(InputError, match=match):
             fairness.run([*args, "-o", str(tmp_path / "x.json")])
+
+
+def test_the_step_cost_bench_weighs_each_curves_error_by_the_time_of_its_steps():
+    """By hand: one-row steps take 10 ms, two 3-row steps 30 and 50 ms (measured 4x one row); a constant cost of
+    1 per drafted token says 3x, the 3-row steps' 80 of 90 ms are over-priced by -25 %: -22.2 % in all."""
+    from lookupkit.bench.serve.step_cost import compare
+    from lookupkit.verify_cost import VerifyCost
+
+    got = compare([(1, 0.01), (3, 0.03), (3, 0.05), (300, 1.0)], [(1, 0.01), (1, 0.01), (40, 0.2)],
+                  {"linear": VerifyCost(constant=1.0)})
+    assert got["t1_ms"] == pytest.approx(10.0) and set(got["rows"]) == {1, 3}  # a prompt's 300 rows are no step
+    assert got["rows"][3]["n"] == 2 and got["rows"][3]["measured"] == pytest.approx(4.0)
+    assert got["rows"][3]["linear"] == 3.0 and got["error"]["linear"] == pytest.approx(-0.02 / 0.09)
+
+
+def test_the_step_cost_bench_serves_each_task_in_process(tiny_gguf, tmp_path, capsys):
+    import json
+
+    from lookupkit.bench.serve import step_cost
+
+    seqs = [{"task": task, "paragraph": i, "prompt_len": 6, "tokens": [1, 5 + i, 7, 9, 11, 13, 15, 17]}
+            for task in ("wiki", "copy") for i in range(4)]
+    gens = tmp_path / "gens.json"
+    gens.write_text(json.dumps({"model": "tiny", "text": "none", "sequences": seqs}))
+    out = tmp_path / "steps.json"
+    step_cost.run(["--gens", str(gens), "-m", str(tiny_gguf), "--curves", "0.1,0.5", "--prompts", "2", "--repeats", "2",
+                   "-n", "8", "-t", "1", "-o", str(out)])
+    res = json.loads(out.read_text())
+    assert set(res["tasks"]) == {"copy", "wiki"} and all(len(v) == 2 for v in res["tasks"].values())
+    assert all(set(r["error"]) == {"0.1", "0.5"} and r["rows"][str(1)]["n"] > 0 for v in res["tasks"].values()
+               for r in v)
+    assert "error on the policy's steps" in capsys.readouterr().out
+    for args, match in ((["--gens", str(tmp_path / "none.json"), "--curves", "0.1"], "generations JSON"),
+                        (["--gens", str(out), "--curves", "0.1"], "holds no generations"),
+                        (["--gens", str(gens), "--curves", str(tmp_path / "none.curve.json")], "does not exist")):
+        with pytest.raises(InputError, match=match):
+            step_cost.run([*args, "-o", str(tmp_path / "x.json")])

@@ -46,8 +46,9 @@ def client_lists(by: dict, mix: str, index: int) -> list[list]:
     return out
 
 
-def serve_set(model: str, floor: float | None, lists: list[list], mode: str, n_new: int, threads: int) -> dict:
-    """One engine (floor None: --draft 0), the clients' lists through it; times in seconds."""
+def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_new: int, threads: int) -> dict:
+    """One engine (floor None: --draft 0, else (FLOOR, CREDIT or None: the class's)), the clients' lists through it;
+    times in seconds."""
     import numpy as np
 
     from lookupkit.serve import engine as E
@@ -57,8 +58,10 @@ def serve_set(model: str, floor: float | None, lists: list[list], mode: str, n_n
     kw = dict(n_draft=0) if floor is None else dict(policy="lookupkit", verify_cost=str(CURVE), n_draft=64)
     served = open_server(model, parallel=CLIENTS, n_ctx=4096, threads=threads, **kw)
     if floor is not None:
-        served.engine.pricer.FLOOR = floor
-    served.engine.start()  # its own pricer's floor set above; the class constant is untouched
+        served.engine.pricer.FLOOR = floor[0]
+        if floor[1] is not None:
+            served.engine.pricer.CREDIT = floor[1]
+    served.engine.start()  # its own pricer's floor and credit set above; the class constants are untouched
     shared = queue.SimpleQueue()
     for prompt in (p for lst in lists for p in lst):
         shared.put(prompt)
@@ -101,13 +104,19 @@ def serve_set(model: str, floor: float | None, lists: list[list], mode: str, n_n
     return {"wall_s": wall, "requests_s": requests, "clients_s": per_client}
 
 
+def label(floor: tuple | None) -> str:
+    """A variant's name: plain, floor F, or floor F credit C."""
+    return "plain" if floor is None else f"floor {floor[0]:g}" + (f" credit {floor[1]:g}" if floor[1] is not None else "")
+
+
 def run(argv) -> None:
     from lookupkit import models
 
     p = argparse.ArgumentParser(prog="python -m lookupkit.bench.serve.fairness", description=__doc__.split("\n")[0])
     p.add_argument("--gens", type=Path, required=True, help="held-out generations (lookupkit.bench.generations)")
     p.add_argument("-m", "--model", default="gemma-3-270m")
-    p.add_argument("--floors", default="0,0.8", help="StepPricer.FLOOR values to serve with (comma-separated)")
+    p.add_argument("--floors", default="0,0.8", help="StepPricer.FLOOR values to serve with (comma-separated), each "
+                   "FLOOR or FLOOR:CREDIT")
     p.add_argument("--mix", choices=("mixed", "wiki", "copy"), default="mixed")
     p.add_argument("--mode", choices=("fixed", "pool"), default="fixed")
     p.add_argument("--sets", default="0,1,2", help="which sets of 8 prompts (comma-separated indexes)")
@@ -118,13 +127,15 @@ def run(argv) -> None:
     a = p.parse_args(argv)
     try:
         gens = json.loads(a.gens.read_text())
-        floors = [float(x) for x in a.floors.split(",")]
+        floors = [(float(x.split(":")[0]), float(x.split(":")[1]) if ":" in x else None) for x in a.floors.split(",")]
         sets = [int(x) for x in a.sets.split(",")]
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{exc}: --gens is a generations JSON file, --floors numbers, --sets integers") from None
-    if not isinstance(gens, dict) or not gens.get("sequences") or any(not 0 <= f < 1.5 for f in floors):
+    except (OSError, ValueError, IndexError) as exc:
+        raise InputError(f"{exc}: --gens is a generations JSON file, --floors numbers (FLOOR or FLOOR:CREDIT), "
+                         "--sets integers") from None
+    if not isinstance(gens, dict) or not gens.get("sequences") or any(not 0 <= f < 1.5 or (c is not None and c < 0)
+                                                                        for f, c in floors):
         raise InputError(f"{a.gens} holds no generations (make it with lookupkit.bench.generations), or a floor is "
-                         f"outside 0..1.5")
+                         f"outside 0..1.5 or a credit below 0")
     model = str(models.resolve(a.model))
     variants = ([] if a.no_plain else [None]) + floors
     by, runs = prompts_by_task(gens), []
@@ -132,15 +143,15 @@ def run(argv) -> None:
         lists = client_lists(by, a.mix, index)
         for floor in variants if i % 2 == 0 else variants[::-1]:
             r = serve_set(model, floor, lists, a.mode, a.n_new, a.threads)
-            runs.append({"set": index, "floor": floor, **r})
+            name = label(floor)
+            runs.append({"set": index, "floor": None if floor is None else floor[0], "variant": name, **r})
             n = CLIENTS * PER_CLIENT * a.n_new
-            name = "plain" if floor is None else f"floor {floor:g}"
             print(f"set {index} {name:10s} {n / r['wall_s']:6.1f} tok/s, slowest request {max(r['requests_s']):5.1f} s,"
                   f" clients {' '.join(f'{x:.1f}' for x in r['clients_s'])} s", flush=True)
     summary = {}
     for floor in variants:
-        mine = [r for r in runs if r["floor"] == floor]
-        summary["plain" if floor is None else f"floor {floor:g}"] = {
+        mine = [r for r in runs if r["variant"] == label(floor)]
+        summary[label(floor)] = {
             "tok_per_s": CLIENTS * PER_CLIENT * a.n_new * len(mine) / sum(r["wall_s"] for r in mine),
             "slowest_request_s_mean": sum(max(r["requests_s"]) for r in mine) / len(mine)}
     for name, s in summary.items():

@@ -38,7 +38,7 @@ from lookupkit.bench.serve.tasks import (SESSION_TASKS, STARTUP_CACHES, TASK_CAC
                                          session_plan, sessions)
 
 # lookupkit calibrate --slots 4 --max-k 64 on this model (the AMD VM): the one-sequence curve and the 4-slot surface
-CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-07-amd-slots4-k64.curve.json"
+CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-07-amd-slots4-k64-reps20.curve.json"
 POLICY_DRAFT = 64  # the policy rows' --draft here: CURVE's largest k (not lookup-stats' rules.POLICY_DRAFT: a
 # replay's default, where no curve says what longer batches cost)
 SLOTS = 4  # slots of the concurrency servers (-np), -c SLOTS x CTX_PER_SLOT
