@@ -103,6 +103,13 @@ TRUST_PRIOR = 8.0
 TRUST_WINDOW = 8.0
 
 
+def draft_room(max_tokens: int, n_ctx: int, n_prompt: int, n_out: int) -> int:
+    """The most tokens a served request's next draft may hold after n_out emitted: a step emits the tokens it
+    accepts and one more, so one less than what the request's budget and its slot's context leave (a draft past
+    them is rows decoded for tokens nobody receives; serve.slots and replay.requests both hold to it)."""
+    return min(max_tokens - n_out, n_ctx - n_prompt - n_out) - 1
+
+
 def context_code(n: int) -> int:
     return n
 

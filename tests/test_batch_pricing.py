@@ -164,7 +164,7 @@ def test_a_plan_weighs_the_searched_lengths_and_the_whole_chain():
 
 
 def test_a_plan_matches_a_search_of_every_plan():
-    """On the calibrated 4-slot surface of record, 600 seeded steps of 2-4 busy slots (a third of them with one that
+    """On a calibrated 4-slot surface of this VM, 600 seeded steps of 2-4 busy slots (a third of them with one that
     drafts nothing) with chains of 0-5 tokens (each token's probability 0.3-1 given the ones before): the plan
     yields as much per unit of cost as the best of every combination of lengths; with a floor and each slot's lag
     drawn at random, as much as the best combination that leaves no slot behind its floor (or further behind than

@@ -367,22 +367,23 @@ def test_the_fairness_bench_serves_each_floor_and_plain_in_process(tiny_gguf, tm
     assert "slowest request" in capsys.readouterr().out
     for args, match in ((["--gens", str(tmp_path / "none.json")], "generations JSON"),
                         (["--gens", str(out)], "holds no generations"),
-                        (["--gens", str(gens), "--floors", "2"], "outside"),
-                        (["--gens", str(gens), "--floors", "0.8:-1"], "credit below 0"),
-                        (["--gens", str(gens), "--floors", "0.8:x"], "FLOOR:CREDIT")):
+                        (["--gens", str(gens), "--floors", "2"], "FLOOR in 0..1.5"),
+                        (["--gens", str(gens), "--floors", "0.8:-1"], "CREDIT a number"),
+                        (["--gens", str(gens), "--floors", "0.8:nan"], "CREDIT a number"),
+                        (["--gens", str(gens), "--floors", "0.8:16:3"], "FLOOR:CREDIT")):
         with pytest.raises(InputError, match=match):
             fairness.run([*args, "-o", str(tmp_path / "x.json")])
 
 
 def test_the_step_cost_bench_weighs_each_curves_error_by_the_time_of_its_steps():
     """By hand: one-row steps take 10 ms, two 3-row steps 30 and 50 ms (measured 4x one row); a constant cost of
-    1 per drafted token says 3x, the 3-row steps' 80 of 90 ms are over-priced by -25 %: -22.2 % in all."""
+    1 per drafted token says 3x, so the 3-row steps' 80 of 90 ms are under-priced by 25 %: -22.2 % in all."""
     from lookupkit.bench.serve.step_cost import compare
     from lookupkit.verify_cost import VerifyCost
 
-    got = compare([(1, 0.01), (3, 0.03), (3, 0.05), (300, 1.0)], [(1, 0.01), (1, 0.01), (40, 0.2)],
+    got = compare([(1, 0.01), (3, 0.03), (3, 0.05)], [(1, 0.01), (1, 0.01), (2, 0.2)],
                   {"linear": VerifyCost(constant=1.0)})
-    assert got["t1_ms"] == pytest.approx(10.0) and set(got["rows"]) == {1, 3}  # a prompt's 300 rows are no step
+    assert got["t1_ms"] == pytest.approx(10.0) and set(got["rows"]) == {1, 3}
     assert got["rows"][3]["n"] == 2 and got["rows"][3]["measured"] == pytest.approx(4.0)
     assert got["rows"][3]["linear"] == 3.0 and got["error"]["linear"] == pytest.approx(-0.02 / 0.09)
 
@@ -401,11 +402,15 @@ def test_the_step_cost_bench_serves_each_task_in_process(tiny_gguf, tmp_path, ca
                    "-n", "8", "-t", "1", "-o", str(out)])
     res = json.loads(out.read_text())
     assert set(res["tasks"]) == {"copy", "wiki"} and all(len(v) == 2 for v in res["tasks"].values())
-    assert all(set(r["error"]) == {"0.1", "0.5"} and r["rows"][str(1)]["n"] > 0 for v in res["tasks"].values()
-               for r in v)
+    assert all(set(r["error"]) == {"0.1", "0.5"} and 0 < sum(x["n"] for x in r["rows"].values()) <= 2 * 7
+               for v in res["tasks"].values() for r in v)  # 2 requests of 8 tokens: at most 7 steps each
     assert "error on the policy's steps" in capsys.readouterr().out
+    plain = step_cost.serve(str(tiny_gguf), [s["tokens"][:6] for s in seqs[:2]], 8, 1, None)
+    assert [r for r, _ in plain] == [1] * 14  # neither the warm-up nor a prompt's decode is a step
     for args, match in ((["--gens", str(tmp_path / "none.json"), "--curves", "0.1"], "generations JSON"),
                         (["--gens", str(out), "--curves", "0.1"], "holds no generations"),
+                        (["--gens", str(gens), "--curves", ","], "names no curve"),
+                        (["--gens", str(gens), "--curves", "0.1", "--tasks", "code"], "no code prompts"),
                         (["--gens", str(gens), "--curves", str(tmp_path / "none.curve.json")], "does not exist")):
         with pytest.raises(InputError, match=match):
             step_cost.run([*args, "-o", str(tmp_path / "x.json")])

@@ -95,6 +95,8 @@ def test_the_command_compares_learning_with_learning_nothing(tiny_gguf, prompts,
     ('{"prompt": [1, 2], "response": []}\n', "response must be a non-empty list"),
     ('{"prompt": [1, -2], "response": [3]}\n', "prompt must be a non-empty list"),
     ('{"prompt": [1, 2], "response": [3, 999999]}\n', "outside the vocabulary"),
+    ('{"prompt": [1, 2], "response": [3, 4], "max_tokens": 1}\n', ":1: max_tokens must be an integer no smaller"),
+    ('{"prompt": [1, 2], "response": [3, 4], "max_tokens": "8"}\n', ":1: max_tokens must be an integer"),
 ])
 def test_a_bad_log_is_one_line_naming_the_line(tmp_path, content, fragment):
     log = tmp_path / "log.jsonl"
@@ -116,18 +118,24 @@ def test_summary_prices_the_steps_with_the_curve():
     assert (s["calls"], s["drafted"], s["accepted"], s["tokens"]) == (3, 8, 6, 8)
 
 
-def test_a_draft_ends_where_the_response_or_the_context_does():
-    """The server's Slot.room, by hand: a step emits what it accepts and one more token, so at 200 of 256 tokens
-    55 more may be drafted, the last token none; a context of 250 around a 20-token prompt leaves 250 - 20 - 200 =
-    30 cells, one of them for the token the step emits."""
+def test_a_draft_ends_where_the_budget_or_the_context_does(tmp_path):
+    """The server's rules.draft_room, by hand: a step emits what it accepts and one more token, so at 200 of 256
+    tokens 55 more may be drafted, the last token none; a context of 250 around a 20-token prompt leaves
+    250 - 20 - 200 = 30 cells, one of them for the token the step emits; a log line's max_tokens is the budget
+    (else the response's length)."""
     from lookupkit.replay.requests import room
 
     prompt, response = [1] * 20, [2] * 256
-    assert room(64, None, prompt, response, 200) == 55
-    assert room(16, None, prompt, response, 200) == 16
-    assert room(64, None, prompt, response, 255) == 0
-    assert room(64, 300, prompt, response, 200) == 55  # the budget is nearer than the context's end
-    assert room(64, 250, prompt, response, 200) == 29
+    assert room(64, None, (prompt, response), 200) == 55
+    assert room(16, None, (prompt, response), 200) == 16
+    assert room(64, None, (prompt, response), 255) == 0
+    assert room(64, 300, (prompt, response), 200) == 55  # the budget is nearer than the context's end
+    assert room(64, 250, (prompt, response), 200) == 29
+    assert room(64, None, (prompt, response, 300), 200) == 64 and room(64, None, (prompt, response, 300), 250) == 49
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps({"prompt": [1, 2], "response": [3, 4, 5], "max_tokens": 16}) + "\n"
+                   + json.dumps({"prompt": [1, 2], "response": [3, 4, 5]}) + "\n")
+    assert read_log(log) == [([1, 2], [3, 4, 5], 16), ([1, 2], [3, 4, 5], 3)]
 
 
 def test_a_plain_schedule_of_several_clients_is_counted_by_hand():

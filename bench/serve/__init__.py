@@ -9,6 +9,7 @@
     python -m lookupkit.bench.serve.kv_layout                     # a step's cost by its rows' layout, split or unified KV
     python -m lookupkit.bench.serve.same_drafts --caches DIR -o A.json [--python OLD_PY] [--compare B.json]
     python -m lookupkit.bench.serve.fairness --gens GENS.json --mix mixed --mode fixed -o OUT.json  # the pace floor
+    python -m lookupkit.bench.serve.step_cost --gens GENS.json --curves A.curve.json,B.curve.json -o OUT.json
 
 One room, one job per module: `client` (a streamed /completion, and N clients at once), `servers` (a
 server process of either kind: its command, start-up time, memory), `tasks` (the prompts and caches of
@@ -20,5 +21,6 @@ part's table and targets),
 the HTTP path of `lookupkit serve` costs per token and per request, a fake engine in place of the model),
 `kv_layout` (what one step costs as the slots lay out their rows, with a KV stream per sequence or one pool),
 `same_drafts` (whether a change left every served request's tokens and drafts as they were), `fairness` (what the
-pace floor does to the slowest request and the aggregate at 4 clients, in-process, on held-out prompts).
+pace floor does to the slowest request and the aggregate at 4 clients, in-process, on held-out prompts), `step_cost`
+(which verify-cost curve a one-client server's decodes agree with).
 """

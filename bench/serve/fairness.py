@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import queue
 import threading
 import time
@@ -104,6 +105,15 @@ def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_n
     return {"wall_s": wall, "requests_s": requests, "clients_s": per_client}
 
 
+def variant(text: str) -> tuple:
+    """(FLOOR, CREDIT or None) of one --floors item, FLOOR or FLOOR:CREDIT; ValueError if it is neither."""
+    floor, colon, credit = text.partition(":")
+    f, c = float(floor), float(credit) if colon else None
+    if not 0 <= f < 1.5 or (c is not None and not (math.isfinite(c) and c >= 0)):
+        raise ValueError(text)
+    return f, c
+
+
 def label(floor: tuple | None) -> str:
     """A variant's name: plain, floor F, or floor F credit C."""
     return "plain" if floor is None else f"floor {floor[0]:g}" + (f" credit {floor[1]:g}" if floor[1] is not None else "")
@@ -126,16 +136,17 @@ def run(argv) -> None:
     p.add_argument("-o", "--output", type=Path, required=True)
     a = p.parse_args(argv)
     try:
-        gens = json.loads(a.gens.read_text())
-        floors = [(float(x.split(":")[0]), float(x.split(":")[1]) if ":" in x else None) for x in a.floors.split(",")]
+        floors = [variant(x) for x in a.floors.split(",")]
         sets = [int(x) for x in a.sets.split(",")]
-    except (OSError, ValueError, IndexError) as exc:
-        raise InputError(f"{exc}: --gens is a generations JSON file, --floors numbers (FLOOR or FLOOR:CREDIT), "
-                         "--sets integers") from None
-    if not isinstance(gens, dict) or not gens.get("sequences") or any(not 0 <= f < 1.5 or (c is not None and c < 0)
-                                                                        for f, c in floors):
-        raise InputError(f"{a.gens} holds no generations (make it with lookupkit.bench.generations), or a floor is "
-                         f"outside 0..1.5 or a credit below 0")
+    except ValueError:
+        raise InputError(f"--floors {a.floors!r}, --sets {a.sets!r}: each floor is FLOOR or FLOOR:CREDIT, FLOOR in "
+                         "0..1.5 and CREDIT a number of tokens >= 0; sets are integers") from None
+    try:
+        gens = json.loads(a.gens.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{exc}: --gens is a generations JSON file (lookupkit.bench.generations)") from None
+    if not isinstance(gens, dict) or not gens.get("sequences"):
+        raise InputError(f"{a.gens} holds no generations: make it with lookupkit.bench.generations")
     model = str(models.resolve(a.model))
     variants = ([] if a.no_plain else [None]) + floors
     by, runs = prompts_by_task(gens), []
@@ -159,7 +170,8 @@ def run(argv) -> None:
               f"(mean over sets)")
     write_text(a.output, json.dumps({"kind": "serve-fairness", "date": time.strftime("%Y-%m-%d"), "git": git_state(),
                                      "machine": machine(), "command": command("lookupkit.bench.serve.fairness", argv),
-                                     "gens": {k: v for k, v in gens.items() if k != "sequences"}, "mix": a.mix,
+                                     "curve": str(CURVE), "gens": {k: v for k, v in gens.items() if k != "sequences"},
+                                     "mix": a.mix,
                                      "mode": a.mode, "runs": runs, "summary": summary}, indent=1))
 
 

@@ -2,11 +2,13 @@
 
 A curve (`lookupkit calibrate`) is measured once, in a loop of its own; the server and `replay-requests` price
 every draft by it, so a curve whose long drafts are too cheap makes the policy draft too long and the replay
-predict too much. This serves held-out prompts (a generations file: `python -m lookupkit.bench.generations`) at one
-client through the serve engine in-process with lookupkit's policy, then with --draft 0, repeat by repeat, times
-every llama_decode the engine makes (its model's decode wrapped), and sets the median time of the steps of each
-row count, over the same run's median one-row step, beside each curve's cost of that many rows. The summary: the
-error of each curve on the policy's verify steps, weighted by their time (what a replay would mispredict).
+predict too much. Each repeat serves held-out prompts (a generations file: `python -m lookupkit.bench.generations`)
+at one client through the serve engine in-process, once with lookupkit's policy drafting by the first curve and once
+with --draft 0 (the order alternating by repeat), times every decoding step the engine makes (its model's decode
+wrapped; prompt decodes and the warm-up left out), and sets the median time of the policy's steps of each row count,
+over the --draft 0 run's median one-row step, beside each curve's cost of that many rows; per repeat, each curve's
+error on the policy's steps weighted by their time (negative: the curve under-prices them, so a replay predicts
+too much).
 
     python -m lookupkit.bench.serve.step_cost --gens gens.json --curves A.curve.json,B.curve.json -o out.json
 """
@@ -21,51 +23,63 @@ import time
 from pathlib import Path
 
 from lookupkit.bench.harness import command, entry, git_state, loadavg, machine, write_text
+from lookupkit.bench.serve.fairness import prompts_by_task
 from lookupkit.errors import InputError
+
+N_DRAFT = 64  # the policy's --draft: a curve checked here must reach it
 
 
 def serve(model: str, prompts: list, n_new: int, threads: int, curve: str | None) -> list[tuple[int, float]]:
-    """(rows, seconds) of every decode a one-slot engine makes serving `prompts` one after another (curve None:
-    --draft 0)."""
+    """(rows, seconds) of every decoding step a one-slot engine makes serving `prompts` one after another (curve
+    None: --draft 0); a failed request is an error, not fewer timings."""
     import numpy as np
 
     from lookupkit.serve import engine as E
     from lookupkit.serve.sampling import Sampling
     from lookupkit.serve.startup import open_server
 
-    kw = dict(n_draft=0) if curve is None else dict(policy="lookupkit", verify_cost=curve, n_draft=64)
+    kw = dict(n_draft=0) if curve is None else dict(policy="lookupkit", verify_cost=curve, n_draft=N_DRAFT)
     served = open_server(model, parallel=1, n_ctx=4096, threads=threads, **kw)
-    m, steps = served.engine.m, []
+    m, slots, steps, failed = served.engine.m, served.engine.slots, [], []
     decode = m.decode
 
-    def timed(batch) -> None:
+    def timed(batch) -> None:  # a step: a slot serving, none feeding a prompt (the warm-up has no job)
+        step = any(s.job is not None for s in slots) and not any(s.feeding for s in slots)
         t = time.perf_counter()
         decode(batch)
-        steps.append((int(batch.b.n_tokens), time.perf_counter() - t))
+        if step:
+            steps.append((int(batch.b.n_tokens), time.perf_counter() - t))
 
     m.decode = timed
     served.engine.start()
     try:
         for prompt in prompts:
             done = threading.Event()
+
+            def deliver(event, done=done) -> None:
+                if isinstance(event, E.Done):
+                    if event.reason != E.Stop.LENGTH:
+                        failed.append(event.message or event.reason.value)
+                    done.set()
+
             served.engine.submit(E.Job(prompt=np.asarray(prompt, np.int32), max_tokens=n_new,
-                                       sampling=Sampling(temperature=0), ignore_eos=True,
-                                       deliver=lambda ev, done=done: done.set() if isinstance(ev, E.Done) else None))
+                                       sampling=Sampling(temperature=0), ignore_eos=True, deliver=deliver))
             done.wait()
     finally:
         served.engine.close()
         served.llm.close()
+    if failed:
+        raise InputError(f"a request ended early ({failed[0]}): its timings would be partial")
     return steps
 
 
-def compare(steps: list, plain: list, curves: dict, max_rows: int = 65) -> dict:
-    """Per row count of the policy's verify steps: n, median ms, the measured cost over the plain run's median
-    one-row step, and each curve's; and each curve's time-weighted error over those steps."""
+def compare(steps: list, plain: list, curves: dict) -> dict:
+    """Per row count of the policy's steps: n, median ms, the measured cost over the plain run's median one-row
+    step, and each curve's; and each curve's time-weighted error over those steps."""
     t1 = statistics.median(t for r, t in plain if r == 1)
     by: dict = {}
     for r, t in steps:
-        if r <= max_rows:  # a prompt's decode has more rows than any verify step
-            by.setdefault(r, []).append(t)
+        by.setdefault(r, []).append(t)
     rows = {r: {"n": len(v), "ms": statistics.median(v) * 1e3, "measured": statistics.median(v) / t1,
                 **{name: c.at(r - 1) for name, c in curves.items()}} for r, v in sorted(by.items())}
     total = sum(sum(v) for v in by.values())
@@ -89,21 +103,29 @@ def run(argv) -> None:
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("-o", "--output", type=Path, required=True)
     a = p.parse_args(argv)
+    if a.prompts < 1 or a.repeats < 1 or a.n_new < 2:
+        raise InputError("--prompts and --repeats must be 1 or more, --n-new 2 or more")
+    paths = list(dict.fromkeys(x for x in a.curves.split(",") if x))
+    if not paths:
+        raise InputError("--curves names no curve file: give one or more (lookupkit calibrate -o CURVE.json)")
+    curves = {x: VerifyCost.of(x) for x in paths}  # a missing or bad curve: InputError
+    short = [x for x, c in curves.items() if not c.at(N_DRAFT) < float("inf")]
+    if short:
+        raise InputError(f"{short[0]} stops short of k = {N_DRAFT}: calibrate with --max-k {N_DRAFT}")
     try:
         gens = json.loads(a.gens.read_text())
+        by = prompts_by_task(gens)
     except (OSError, ValueError) as exc:
         raise InputError(f"{exc}: --gens is a generations JSON file (lookupkit.bench.generations)") from None
-    paths = [x for x in a.curves.split(",") if x]
-    curves = {Path(x).name: VerifyCost.of(x) for x in paths}  # a missing or bad curve: InputError
-    seqs = gens.get("sequences") if isinstance(gens, dict) else None
-    if not seqs or a.prompts < 1 or a.repeats < 1:
-        raise InputError(f"{a.gens} holds no generations, or --prompts / --repeats below 1")
+    except (KeyError, TypeError, AttributeError):
+        raise InputError(f"{a.gens} holds no generations: make it with lookupkit.bench.generations") from None
     model = str(models.resolve(a.model))
     out, load0, t0 = {}, loadavg(), time.time()
     for task in a.tasks.split(","):
-        prompts = [s["tokens"][:s["prompt_len"]] for s in seqs if s["task"] == task][:a.prompts]
+        prompts = by.get(task, [])[:a.prompts]
         if not prompts:
-            raise InputError(f"{a.gens} has no {task} prompts")
+            raise InputError(f"{a.gens} has no {task} prompts: make it with lookupkit.bench.generations --tasks "
+                             f"wiki,copy")
         runs = []
         for rep in range(a.repeats):
             order = ("policy", "plain") if rep % 2 == 0 else ("plain", "policy")

@@ -4,12 +4,14 @@
 the first token comes from the prompt, then every step drafts up to n_draft tokens, keeps the prefix the
 response agrees with (what greedy verification accepts) and one more token, until the response's length;
 at the request's end the slot learns the request as --learn says (serve.engine: off, dynamic, history).
-Drafted and accepted counts therefore equal the server's own `draft_n` / `draft_n_accepted` for the same
-responses (tests/test_replay_requests.py holds them equal); a verify-cost curve turns them into the
-decode-time speed-up the server should see.
+No draft runs past the request's budget (rules.draft_room): a log line's "max_tokens", else the response's
+length (exact for a response its budget stopped, as the serving bench's all are; a server drafts further near the
+end of one that an end token or a stop word cut short). Drafted and accepted counts therefore equal the server's
+own `draft_n` / `draft_n_accepted` for the same responses (tests/test_replay_requests.py holds them equal); a
+verify-cost curve turns them into the decode-time speed-up the server should see.
 
-A log is JSON Lines, one request per line: {"prompt": [ids], "response": [ids]} (other keys ignored),
-as the serving bench and any client that records `tokens` write it.
+A log is JSON Lines, one request per line: {"prompt": [ids], "response": [ids]}, optionally "max_tokens" (other
+keys ignored), as the serving bench and any client that records `tokens` write it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..rules import draft_room
 from ..verify_cost import VerifyCost
 
 LOG_HINT = 'one JSON object per line: {"prompt": [token ids], "response": [token ids]}'
@@ -41,8 +44,9 @@ class RequestTrace:
         return (self.n_response - 1) / float(cost.call_costs(np.asarray(self.drafted)).sum())
 
 
-def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[int], list[int]]]:
-    """The (prompt, response) pairs of a request log; one line naming the line and the remedy otherwise."""
+def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[int], list[int], int]]:
+    """The (prompt, response, max_tokens) of each request of a log (max_tokens: the response's length where the
+    line has none); one line naming the line and the remedy otherwise."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -65,34 +69,38 @@ def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[in
             if n_vocab is not None and max(ids) >= n_vocab:
                 raise InputError(f"{path}:{i}: {name} holds id {max(ids)}, outside the vocabulary of {n_vocab}: "
                                  "a log of another model?")
-        out.append((pair[0], pair[1]))
+        budget = rec.get("max_tokens", len(pair[1]))
+        if type(budget) is not int or budget < len(pair[1]):
+            raise InputError(f"{path}:{i}: max_tokens must be an integer no smaller than the response's "
+                             f"{len(pair[1])} tokens, got {budget!r}")
+        out.append((pair[0], pair[1], budget))
     if not out:
         raise InputError(f"request log {path} holds no requests ({LOG_HINT})")
     return out
 
 
-def room(n_draft: int, n_ctx: int | None, prompt, response, pos: int) -> int:
-    """The longest draft the server makes at `pos` tokens into `response` (serve.slots.Slot.room): one less than
-    the tokens its budget and the slot's context leave. A log holds no max_tokens: the response's length stands
-    for it (exact for a response stopped by its budget, as the bench's are; one stopped at an end token the server
-    may have drafted past in its last step)."""
-    left = len(response) - pos if n_ctx is None else min(len(response) - pos, n_ctx - len(prompt) - pos)
-    return min(n_draft, left - 1)
+def room(n_draft: int, n_ctx: int | None, request, pos: int) -> int:
+    """The longest draft the server makes `pos` tokens into a request (prompt, response[, max_tokens]): n_draft,
+    or less near the end of its budget (the response's length where the request has none) or of the slot's context
+    (none: unbounded)."""
+    budget = request[2] if len(request) > 2 else len(request[1])
+    return min(n_draft, draft_room(budget, budget + len(request[0]) if n_ctx is None else n_ctx, len(request[0]), pos))
 
 
 def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | None = None) -> list[RequestTrace]:
-    """Replay `requests` [(prompt, response)] in order through one slot's `drafter` (a Drafter, with a
+    """Replay `requests` [(prompt, response[, max_tokens])] in order through one slot's `drafter` (a Drafter, with a
     History if learn == "history"), learning each as `lookupkit serve --learn LEARN` does; n_ctx: the
     slot's context (drafts near its end are shortened as the server shortens them)."""
     from ..draft.learning import end_sequence
 
     traces = []
-    for prompt, response in requests:
+    for request in requests:
+        prompt, response = request[:2]
         drafter.accept(prompt)  # as the server's slot: the prompt, then the token its evaluation gives
         drafter.accept(response[:1])
         pos, drafted, accepted = 1, [], []
         while pos < len(response):
-            k = room(n_draft, n_ctx, prompt, response, pos)
+            k = room(n_draft, n_ctx, request, pos)
             d = drafter.draft(None, k) if k > 0 else []
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
@@ -131,20 +139,21 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
     while waiting or any(slots):
         for i in range(parallel):
             while slots[i] is None and waiting:
-                idx, (prompt, response) = waiting.popleft()
+                idx, request = waiting.popleft()
+                prompt, response = request[:2]
                 drafters[i].accept(prompt)
                 drafters[i].accept(response[:1])
                 if len(response) > 1:
-                    slots[i] = [idx, prompt, response, 1, [], []]
+                    slots[i] = [idx, prompt, response, 1, [], [], request]
                 else:  # its first token, from the prompt, ends it: no verify step
                     traces[idx] = RequestTrace(len(prompt), len(response), [], [])
                     end_sequence(drafters[i], learn)
         live = [i for i in range(parallel) if slots[i] is not None]
         if not live:
             continue
-        drafts = pricer.drafts([(i, drafters[i], room(n_draft, n_ctx, *slots[i][1:4])) for i in live])
+        drafts = pricer.drafts([(i, drafters[i], room(n_draft, n_ctx, slots[i][6], slots[i][3])) for i in live])
         for i in live:
-            idx, prompt, response, pos, drafted, accepted = slots[i]
+            idx, prompt, response, pos, drafted, accepted, _ = slots[i]
             d = drafts[i]
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
@@ -156,13 +165,13 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
         spent += pricer.cost_of_step()
         steps += 1
         for i in live:
-            idx, prompt, response, pos, drafted, accepted = slots[i]
+            idx, prompt, response, pos, drafted, accepted, _ = slots[i]
             if pos >= len(response):
                 traces[idx] = RequestTrace(len(prompt), len(response), drafted, accepted)
                 end_sequence(drafters[i], learn)
                 slots[i] = None
         pricer.settle({i: slots[i][5][-1] + 1 for i in live if slots[i] is not None})
-    plain, plain_steps = plain_schedule([len(r) - 1 for _, r in requests], parallel, cost)
+    plain, plain_steps = plain_schedule([len(r[1]) - 1 for r in requests], parallel, cost)
     return [traces[i] for i in range(len(requests))], {"cost": spent, "steps": steps, "plain_cost": plain,
                                                        "plain_steps": plain_steps}
 

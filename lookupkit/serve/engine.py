@@ -305,8 +305,8 @@ class Engine:
             self.pricer.settle(got)
 
     def _drafts(self, live: list) -> dict:
-        """{seq: draft} of the busy slots, planned together (StepPricer.drafts), none in a step that feeds a prompt,
-        none past the request's budget or the slot's context (Slot.room); a draft's ids are checked against the vocabulary before any enters a batch."""
+        """{seq: draft} of the busy slots, planned together (StepPricer.drafts); none in a step that feeds a prompt
+        or past Slot.room; a draft's ids are checked against the vocabulary before any enters a batch."""
         feeding = any(slot.feeding for slot in self.slots)  # a prompt goes in this step
         jobs = [(slot.seq, slot.drafter, min(self.n_draft, slot.room(self.n_ctx_slot))
                  if slot.drafter is not None and not feeding else 0) for slot in live]

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..rules import draft_room
 from .sampling import Picker
 from .text import TextOut
 
@@ -59,10 +60,8 @@ class Slot:
         return self.job is not None and self.tok is None
 
     def room(self, n_ctx_slot: int) -> int:
-        """The most tokens a draft may hold: a step emits its accepted tokens and one more, so one less than what
-        the request's max_tokens and the slot's context leave; a draft past them is rows decoded for tokens nobody
-        receives."""
-        return min(self.job.max_tokens - len(self.out), n_ctx_slot - len(self.job.prompt) - len(self.out)) - 1
+        """The most tokens its next draft may hold (rules.draft_room)."""
+        return draft_room(self.job.max_tokens, n_ctx_slot, len(self.job.prompt), len(self.out))
 
     def in_cache(self) -> np.ndarray:
         """The tokens the KV cache holds between steps: the prompt as far as it was fed, then every emitted
