@@ -38,7 +38,7 @@ from lookupkit.bench.serve.tasks import (SESSION_TASKS, STARTUP_CACHES, TASK_CAC
                                          session_plan, sessions)
 
 # lookupkit calibrate --slots 4 --max-k 64 --reps 20 on this model (the AMD VM): the one-sequence curve and the
-# 4-slot surface; of the curves checked against served steps (bench.serve.step_cost), within 7 % of them
+# 4-slot surface: it prices a one-client server's steps within 5 % in 5 of 6 repeats (bench.serve.step_cost)
 CURVE = RESULTS / "calibration-gemma-3-270m-2026-12-07-amd-slots4-k64-reps20.curve.json"
 POLICY_DRAFT = 64  # the policy rows' --draft here: CURVE's largest k (not lookup-stats' rules.POLICY_DRAFT: a
 # replay's default, where no curve says what longer batches cost)
