@@ -21,7 +21,8 @@ EXAMPLES = """Examples:
   lookupkit replay-requests served.jsonl -m gemma-3-270m --policy lookupkit --learn history --verify-cost gemma.curve.json
   lookupkit replay-requests served.jsonl -m gemma-3-270m --learn dynamic --json
 
-The log: one JSON object per line, {"prompt": [token ids], "response": [token ids]}.
+The log: one JSON object per line, {"prompt": [token ids], "response": [token ids]}, optionally "max_tokens":
+the request's budget (no draft runs past it; without it, the response's length).
 """
 
 

@@ -367,7 +367,7 @@ def test_the_fairness_bench_serves_each_floor_and_plain_in_process(tiny_gguf, tm
     assert "slowest request" in capsys.readouterr().out
     for args, match in ((["--gens", str(tmp_path / "none.json")], "generations JSON"),
                         (["--gens", str(out)], "holds no generations"),
-                        (["--gens", str(gens), "--floors", "2"], "FLOOR in 0..1.5"),
+                        (["--gens", str(gens), "--floors", "2"], r"FLOOR in \[0, 1.5\)"),
                         (["--gens", str(gens), "--floors", "0.8:-1"], "CREDIT a number"),
                         (["--gens", str(gens), "--floors", "0.8:nan"], "CREDIT a number"),
                         (["--gens", str(gens), "--floors", "0.8:16:3"], "FLOOR:CREDIT")):
@@ -397,6 +397,7 @@ def test_the_step_cost_bench_serves_each_task_in_process(tiny_gguf, tmp_path, ca
             for task in ("wiki", "copy") for i in range(4)]
     gens = tmp_path / "gens.json"
     gens.write_text(json.dumps({"model": "tiny", "text": "none", "sequences": seqs}))
+    gens.with_name("wiki-only.json").write_text(json.dumps({"sequences": [s for s in seqs if s["task"] == "wiki"]}))
     out = tmp_path / "steps.json"
     step_cost.run(["--gens", str(gens), "-m", str(tiny_gguf), "--curves", "0.1,0.5", "--prompts", "2", "--repeats", "2",
                    "-n", "8", "-t", "1", "-o", str(out)])
@@ -410,7 +411,8 @@ def test_the_step_cost_bench_serves_each_task_in_process(tiny_gguf, tmp_path, ca
     for args, match in ((["--gens", str(tmp_path / "none.json"), "--curves", "0.1"], "generations JSON"),
                         (["--gens", str(out), "--curves", "0.1"], "holds no generations"),
                         (["--gens", str(gens), "--curves", ","], "names no curve"),
-                        (["--gens", str(gens), "--curves", "0.1", "--tasks", "code"], "no code prompts"),
+                        (["--gens", str(gens), "--curves", "0.1", "--tasks", "code"], "wiki and/or copy"),
+                        (["--gens", str(gens.with_name("wiki-only.json")), "--curves", "0.1"], "no copy prompts"),
                         (["--gens", str(gens), "--curves", str(tmp_path / "none.curve.json")], "does not exist")):
         with pytest.raises(InputError, match=match):
             step_cost.run([*args, "-o", str(tmp_path / "x.json")])

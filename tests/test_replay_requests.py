@@ -133,9 +133,9 @@ def test_a_draft_ends_where_the_budget_or_the_context_does(tmp_path):
     assert room(64, 250, (prompt, response), 200) == 29
     assert room(64, None, (prompt, response, 300), 200) == 64 and room(64, None, (prompt, response, 300), 250) == 49
     log = tmp_path / "log.jsonl"
-    log.write_text(json.dumps({"prompt": [1, 2], "response": [3, 4, 5], "max_tokens": 16}) + "\n"
-                   + json.dumps({"prompt": [1, 2], "response": [3, 4, 5]}) + "\n")
-    assert read_log(log) == [([1, 2], [3, 4, 5], 16), ([1, 2], [3, 4, 5], 3)]
+    log.write_text("".join(json.dumps({"prompt": [1, 2], "response": [3, 4, 5], **extra}) + "\n"
+                           for extra in ({"max_tokens": 16}, {}, {"max_tokens": None}, {"max_tokens": -1})))
+    assert read_log(log) == [([1, 2], [3, 4, 5], 16)] + [([1, 2], [3, 4, 5], 3)] * 3  # null, -1: no limit set
 
 
 def test_a_plain_schedule_of_several_clients_is_counted_by_hand():

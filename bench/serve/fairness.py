@@ -66,7 +66,7 @@ def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_n
     shared = queue.SimpleQueue()
     for prompt in (p for lst in lists for p in lst):
         shared.put(prompt)
-    requests, per_client = [], [0.0] * CLIENTS
+    requests, per_client, failed = [], [0.0] * CLIENTS, []
 
     def client(c: int) -> None:
         t0, mine = time.perf_counter(), list(lists[c])
@@ -84,6 +84,8 @@ def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_n
 
             def deliver(event, done=done):
                 if isinstance(event, E.Done):
+                    if event.reason != E.Stop.LENGTH:
+                        failed.append(event.message or event.reason.value)
                     done.set()
 
             t = time.perf_counter()
@@ -102,6 +104,9 @@ def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_n
     wall = time.perf_counter() - t0
     served.engine.close()
     served.llm.close()
+    if failed:
+        raise InputError(f"a request ended early ({failed[0]}): its time would not be a request's; lower --n-new or "
+                         "give shorter prompts (a slot's context is 4096 tokens)")
     return {"wall_s": wall, "requests_s": requests, "clients_s": per_client}
 
 
@@ -140,7 +145,7 @@ def run(argv) -> None:
         sets = [int(x) for x in a.sets.split(",")]
     except ValueError:
         raise InputError(f"--floors {a.floors!r}, --sets {a.sets!r}: each floor is FLOOR or FLOOR:CREDIT, FLOOR in "
-                         "0..1.5 and CREDIT a number of tokens >= 0; sets are integers") from None
+                         "[0, 1.5) and CREDIT a number of tokens >= 0; sets are integers") from None
     try:
         gens = json.loads(a.gens.read_text())
     except (OSError, ValueError) as exc:

@@ -65,11 +65,14 @@ def serve(model: str, prompts: list, n_new: int, threads: int, curve: str | None
             served.engine.submit(E.Job(prompt=np.asarray(prompt, np.int32), max_tokens=n_new,
                                        sampling=Sampling(temperature=0), ignore_eos=True, deliver=deliver))
             done.wait()
+            if failed:
+                break
     finally:
         served.engine.close()
         served.llm.close()
     if failed:
-        raise InputError(f"a request ended early ({failed[0]}): its timings would be partial")
+        raise InputError(f"a request ended early ({failed[0]}): its timings would be partial; lower --n-new or give "
+                         "shorter prompts (the slot's context is 4096 tokens)")
     return steps
 
 
@@ -112,6 +115,9 @@ def run(argv) -> None:
     short = [x for x, c in curves.items() if not c.at(N_DRAFT) < float("inf")]
     if short:
         raise InputError(f"{short[0]} stops short of k = {N_DRAFT}: calibrate with --max-k {N_DRAFT}")
+    tasks = a.tasks.split(",")
+    if not tasks or any(t not in ("wiki", "copy") for t in tasks):
+        raise InputError(f"--tasks {a.tasks!r}: it takes wiki and/or copy (comma-separated), the generations' tasks")
     try:
         gens = json.loads(a.gens.read_text())
         by = prompts_by_task(gens)
@@ -119,13 +125,14 @@ def run(argv) -> None:
         raise InputError(f"{exc}: --gens is a generations JSON file (lookupkit.bench.generations)") from None
     except (KeyError, TypeError, AttributeError):
         raise InputError(f"{a.gens} holds no generations: make it with lookupkit.bench.generations") from None
+    empty = [t for t in tasks if not by[t]]
+    if empty:
+        raise InputError(f"{a.gens} has no {empty[0]} prompts: make it with lookupkit.bench.generations --tasks "
+                         "wiki,copy")
     model = str(models.resolve(a.model))
     out, load0, t0 = {}, loadavg(), time.time()
-    for task in a.tasks.split(","):
-        prompts = by.get(task, [])[:a.prompts]
-        if not prompts:
-            raise InputError(f"{a.gens} has no {task} prompts: make it with lookupkit.bench.generations --tasks "
-                             f"wiki,copy")
+    for task in tasks:
+        prompts = by[task][:a.prompts]
         runs = []
         for rep in range(a.repeats):
             order = ("policy", "plain") if rep % 2 == 0 else ("plain", "policy")

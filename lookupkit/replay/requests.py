@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..rules import draft_room
 from ..verify_cost import VerifyCost
 
-LOG_HINT = 'one JSON object per line: {"prompt": [token ids], "response": [token ids]}'
+LOG_HINT = 'one JSON object per line: {"prompt": [token ids], "response": [token ids], optionally "max_tokens": n}'
 
 
 @dataclass
@@ -69,10 +69,12 @@ def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[in
             if n_vocab is not None and max(ids) >= n_vocab:
                 raise InputError(f"{path}:{i}: {name} holds id {max(ids)}, outside the vocabulary of {n_vocab}: "
                                  "a log of another model?")
-        budget = rec.get("max_tokens", len(pair[1]))
+        budget = rec.get("max_tokens")
+        budget = len(pair[1]) if budget is None or budget == -1 else budget  # null / -1: no limit was set
         if type(budget) is not int or budget < len(pair[1]):
             raise InputError(f"{path}:{i}: max_tokens must be an integer no smaller than the response's "
-                             f"{len(pair[1])} tokens, got {budget!r}")
+                             f"{len(pair[1])} tokens, got {budget!r} (or leave it out: the response's length "
+                             "stands for it)")
         out.append((pair[0], pair[1], budget))
     if not out:
         raise InputError(f"request log {path} holds no requests ({LOG_HINT})")
