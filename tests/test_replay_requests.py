@@ -126,11 +126,11 @@ def test_a_draft_ends_where_the_budget_or_the_context_does(tmp_path):
     from lookupkit.replay.requests import room
 
     prompt, response = [1] * 20, [2] * 256
-    assert room(64, None, (prompt, response), 200) == 55
-    assert room(16, None, (prompt, response), 200) == 16
-    assert room(64, None, (prompt, response), 255) == 0
-    assert room(64, 300, (prompt, response), 200) == 55  # the budget is nearer than the context's end
-    assert room(64, 250, (prompt, response), 200) == 29
+    assert room(64, None, (prompt, response, 256), 200) == 55
+    assert room(16, None, (prompt, response, 256), 200) == 16
+    assert room(64, None, (prompt, response, 256), 255) == 0
+    assert room(64, 300, (prompt, response, 256), 200) == 55  # the budget is nearer than the context's end
+    assert room(64, 250, (prompt, response, 256), 200) == 29
     assert room(64, None, (prompt, response, 300), 200) == 64 and room(64, None, (prompt, response, 300), 250) == 49
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps({"prompt": [1, 2], "response": [3, 4, 5], **extra}) + "\n"

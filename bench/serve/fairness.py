@@ -27,6 +27,7 @@ from lookupkit.bench.serve.run import CURVE
 from lookupkit.errors import InputError
 
 CLIENTS, PER_CLIENT = 4, 2  # each set: 4 clients x 2 prompts
+N_CTX = 4096  # the in-process engines' context (all slots)
 
 
 def prompts_by_task(gens: dict) -> dict:
@@ -47,17 +48,40 @@ def client_lists(by: dict, mix: str, index: int) -> list[list]:
     return out
 
 
-def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_new: int, threads: int) -> dict:
-    """One engine (floor None: --draft 0, else (FLOOR, CREDIT or None: the class's)), the clients' lists through it;
-    times in seconds."""
+def complete(engine, prompt, n_new: int) -> str | None:
+    """Serve one greedy request of n_new tokens through an in-process engine and wait for its end; why it ended
+    early, or None."""
     import numpy as np
 
     from lookupkit.serve import engine as E
     from lookupkit.serve.sampling import Sampling
+
+    done, why = threading.Event(), []
+
+    def deliver(event) -> None:
+        if isinstance(event, E.Done):
+            if event.reason != E.Stop.LENGTH:
+                why.append(event.message or event.reason.value)
+            done.set()
+
+    engine.submit(E.Job(prompt=np.asarray(prompt, np.int32), max_tokens=n_new, sampling=Sampling(temperature=0),
+                        ignore_eos=True, deliver=deliver))
+    done.wait()
+    return why[0] if why else None
+
+
+def ended_early(why: str) -> InputError:
+    return InputError(f"a request ended early ({why}): its timings would not be a whole request's; lower --n-new or "
+                      f"give shorter prompts (the engine's context is {N_CTX} tokens)")
+
+
+def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_new: int, threads: int) -> dict:
+    """One engine (floor None: --draft 0, else (FLOOR, CREDIT or None: the class's)), the clients' lists through it;
+    times in seconds."""
     from lookupkit.serve.startup import open_server
 
     kw = dict(n_draft=0) if floor is None else dict(policy="lookupkit", verify_cost=str(CURVE), n_draft=64)
-    served = open_server(model, parallel=CLIENTS, n_ctx=4096, threads=threads, **kw)
+    served = open_server(model, parallel=CLIENTS, n_ctx=N_CTX, threads=threads, **kw)
     if floor is not None:
         served.engine.pricer.FLOOR = floor[0]
         if floor[1] is not None:
@@ -80,19 +104,11 @@ def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_n
                     prompt = shared.get_nowait()
                 except queue.Empty:
                     break
-            done = threading.Event()
-
-            def deliver(event, done=done):
-                if isinstance(event, E.Done):
-                    if event.reason != E.Stop.LENGTH:
-                        failed.append(event.message or event.reason.value)
-                    done.set()
-
             t = time.perf_counter()
-            served.engine.submit(E.Job(prompt=np.asarray(prompt, np.int32), max_tokens=n_new,
-                                       sampling=Sampling(temperature=0), ignore_eos=True, deliver=deliver))
-            done.wait()
+            why = complete(served.engine, prompt, n_new)
             requests.append(time.perf_counter() - t)
+            if why is not None:
+                failed.append(why)
         per_client[c] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -105,8 +121,7 @@ def serve_set(model: str, floor: tuple | None, lists: list[list], mode: str, n_n
     served.engine.close()
     served.llm.close()
     if failed:
-        raise InputError(f"a request ended early ({failed[0]}): its time would not be a request's; lower --n-new or "
-                         "give shorter prompts (a slot's context is 4096 tokens)")
+        raise ended_early(failed[0])
     return {"wall_s": wall, "requests_s": requests, "clients_s": per_client}
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
 import time
 from pathlib import Path
 
 from lookupkit.bench.harness import command, entry, git_state, loadavg, machine, write_text
-from lookupkit.bench.serve.fairness import prompts_by_task
+from lookupkit.bench.serve.fairness import N_CTX, complete, ended_early, prompts_by_task
 from lookupkit.errors import InputError
 
 N_DRAFT = 64  # the policy's --draft: a curve checked here must reach it
@@ -32,15 +31,11 @@ N_DRAFT = 64  # the policy's --draft: a curve checked here must reach it
 def serve(model: str, prompts: list, n_new: int, threads: int, curve: str | None) -> list[tuple[int, float]]:
     """(rows, seconds) of every decoding step a one-slot engine makes serving `prompts` one after another (curve
     None: --draft 0); a failed request is an error, not fewer timings."""
-    import numpy as np
-
-    from lookupkit.serve import engine as E
-    from lookupkit.serve.sampling import Sampling
     from lookupkit.serve.startup import open_server
 
     kw = dict(n_draft=0) if curve is None else dict(policy="lookupkit", verify_cost=curve, n_draft=N_DRAFT)
-    served = open_server(model, parallel=1, n_ctx=4096, threads=threads, **kw)
-    m, slots, steps, failed = served.engine.m, served.engine.slots, [], []
+    served = open_server(model, parallel=1, n_ctx=N_CTX, threads=threads, **kw)
+    m, slots, steps, why = served.engine.m, served.engine.slots, [], None
     decode = m.decode
 
     def timed(batch) -> None:  # a step: a slot serving, none feeding a prompt (the warm-up has no job)
@@ -54,25 +49,14 @@ def serve(model: str, prompts: list, n_new: int, threads: int, curve: str | None
     served.engine.start()
     try:
         for prompt in prompts:
-            done = threading.Event()
-
-            def deliver(event, done=done) -> None:
-                if isinstance(event, E.Done):
-                    if event.reason != E.Stop.LENGTH:
-                        failed.append(event.message or event.reason.value)
-                    done.set()
-
-            served.engine.submit(E.Job(prompt=np.asarray(prompt, np.int32), max_tokens=n_new,
-                                       sampling=Sampling(temperature=0), ignore_eos=True, deliver=deliver))
-            done.wait()
-            if failed:
+            why = complete(served.engine, prompt, n_new)
+            if why is not None:
                 break
     finally:
         served.engine.close()
         served.llm.close()
-    if failed:
-        raise InputError(f"a request ended early ({failed[0]}): its timings would be partial; lower --n-new or give "
-                         "shorter prompts (the slot's context is 4096 tokens)")
+    if why is not None:
+        raise ended_early(why)
     return steps
 
 

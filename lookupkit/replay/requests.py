@@ -81,12 +81,16 @@ def read_log(path: str | Path, n_vocab: int | None = None) -> list[tuple[list[in
     return out
 
 
-def room(n_draft: int, n_ctx: int | None, request, pos: int) -> int:
-    """The longest draft the server makes `pos` tokens into a request (prompt, response[, max_tokens]): n_draft,
-    or less near the end of its budget (the response's length where the request has none) or of the slot's context
-    (none: unbounded)."""
-    budget = request[2] if len(request) > 2 else len(request[1])
-    return min(n_draft, draft_room(budget, budget + len(request[0]) if n_ctx is None else n_ctx, len(request[0]), pos))
+def with_budgets(requests) -> list[tuple]:
+    """(prompt, response, max_tokens) of each request, (prompt, response) taking the response's length."""
+    return [(r[0], r[1], r[2] if len(r) > 2 else len(r[1])) for r in requests]
+
+
+def room(n_draft: int, n_ctx: int | None, request: tuple, pos: int) -> int:
+    """The longest draft the server makes `pos` tokens into a request (prompt, response, max_tokens): n_draft, or
+    less near the end of its budget or of the slot's context (none: unbounded)."""
+    prompt, _, budget = request
+    return min(n_draft, draft_room(budget, len(prompt) + budget if n_ctx is None else n_ctx, len(prompt), pos))
 
 
 def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | None = None) -> list[RequestTrace]:
@@ -96,8 +100,8 @@ def replay_requests(requests, drafter, n_draft: int, learn: str, n_ctx: int | No
     from ..draft.learning import end_sequence
 
     traces = []
-    for request in requests:
-        prompt, response = request[:2]
+    for request in with_budgets(requests):
+        prompt, response, _ = request
         drafter.accept(prompt)  # as the server's slot: the prompt, then the token its evaluation gives
         drafter.accept(response[:1])
         pos, drafted, accepted = 1, [], []
@@ -133,7 +137,7 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise InputError(f"--parallel must be 1 or more, got {parallel!r}")
     pricer = StepPricer(cost)
-    waiting = deque(enumerate(requests))
+    waiting = deque(enumerate(with_budgets(requests)))
     slots: list = [None] * parallel
     drafters = [make_drafter() for _ in range(parallel)]
     traces: dict = {}
@@ -141,38 +145,37 @@ def replay_parallel(requests, make_drafter, n_draft: int, learn: str, cost: Veri
     while waiting or any(slots):
         for i in range(parallel):
             while slots[i] is None and waiting:
-                idx, request = waiting.popleft()
-                prompt, response = request[:2]
+                idx, (prompt, response, budget) = waiting.popleft()
                 drafters[i].accept(prompt)
                 drafters[i].accept(response[:1])
                 if len(response) > 1:
-                    slots[i] = [idx, prompt, response, 1, [], [], request]
+                    slots[i] = [idx, (prompt, response, budget), 1, [], []]
                 else:  # its first token, from the prompt, ends it: no verify step
                     traces[idx] = RequestTrace(len(prompt), len(response), [], [])
                     end_sequence(drafters[i], learn)
         live = [i for i in range(parallel) if slots[i] is not None]
         if not live:
             continue
-        drafts = pricer.drafts([(i, drafters[i], room(n_draft, n_ctx, slots[i][6], slots[i][3])) for i in live])
+        drafts = pricer.drafts([(i, drafters[i], room(n_draft, n_ctx, slots[i][1], slots[i][2])) for i in live])
         for i in live:
-            idx, prompt, response, pos, drafted, accepted, _ = slots[i]
+            idx, (prompt, response, _), pos, drafted, accepted = slots[i]
             d = drafts[i]
             a = 0
             while a < len(d) and pos + a < len(response) and d[a] == response[pos + a]:
                 a += 1
             drafters[i].accept(response[pos:pos + a + 1])
-            slots[i][3] = pos + a + 1
+            slots[i][2] = pos + a + 1
             drafted.append(len(d))
             accepted.append(a)
         spent += pricer.cost_of_step()
         steps += 1
         for i in live:
-            idx, prompt, response, pos, drafted, accepted, _ = slots[i]
+            idx, (prompt, response, _), pos, drafted, accepted = slots[i]
             if pos >= len(response):
                 traces[idx] = RequestTrace(len(prompt), len(response), drafted, accepted)
                 end_sequence(drafters[i], learn)
                 slots[i] = None
-        pricer.settle({i: slots[i][5][-1] + 1 for i in live if slots[i] is not None})
+        pricer.settle({i: slots[i][4][-1] + 1 for i in live if slots[i] is not None})
     plain, plain_steps = plain_schedule([len(r[1]) - 1 for r in requests], parallel, cost)
     return [traces[i] for i in range(len(requests))], {"cost": spent, "steps": steps, "plain_cost": plain,
                                                        "plain_steps": plain_steps}
